@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+# Third-party libraries. Each optional one switches a backend on or off; the build records which,
+# so `fastpersist report` can say "not built in" and how to fix it.
+find_package(Threads REQUIRED)
+find_package(PkgConfig)
+
+set(FASTPERSIST_HAVE_URING OFF)
+if(FASTPERSIST_WITH_URING AND PkgConfig_FOUND)
+  pkg_check_modules(URING IMPORTED_TARGET liburing>=2.0)
+  if(URING_FOUND)
+    set(FASTPERSIST_HAVE_URING ON)
+  endif()
+endif()
+
+set(FASTPERSIST_HAVE_AIO OFF)
+if(FASTPERSIST_WITH_AIO)
+  find_path(AIO_INCLUDE_DIR libaio.h)
+  find_library(AIO_LIBRARY aio)
+  if(AIO_INCLUDE_DIR AND AIO_LIBRARY)
+    set(FASTPERSIST_HAVE_AIO ON)
+    add_library(fastpersist_libaio UNKNOWN IMPORTED)
+    set_target_properties(fastpersist_libaio PROPERTIES IMPORTED_LOCATION "${AIO_LIBRARY}"
+                          INTERFACE_INCLUDE_DIRECTORIES "${AIO_INCLUDE_DIR}")
+  endif()
+endif()
+
+# xxHash: stream digests and (later) checkpoint checksums. Required.
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+add_library(fastpersist_xxhash UNKNOWN IMPORTED)
+set_target_properties(fastpersist_xxhash PROPERTIES IMPORTED_LOCATION "${XXHASH_LIBRARY}"
+                      INTERFACE_INCLUDE_DIRECTORIES "${XXHASH_INCLUDE_DIR}")
+
+if(FASTPERSIST_BUILD_TOOLS)
+  find_package(CLI11 REQUIRED)
+  find_package(nlohmann_json 3.10 REQUIRED)
+endif()
+if(FASTPERSIST_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+message(STATUS "fastpersist: io_uring backend ${FASTPERSIST_HAVE_URING}, libaio backend ${FASTPERSIST_HAVE_AIO}")

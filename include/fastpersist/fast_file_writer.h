@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// FastFileWriter: a sequential byte stream onto one file at the speed of the storage. It is the
+// sink that `torch.save` writes into (through the Python façade).
+//
+// Bytes are copied into the free half of a pinned double buffer while the other half is written
+// by async O_DIRECT requests. A large write whose source address and current file offset are
+// block-aligned skips the copy and goes straight to the engine. Pinned memory stays at
+// `io_buffer_bytes` however large the file grows.
+//
+// Commit protocol (the target path never holds a partial file):
+//   1. open() creates a temporary file next to the target (same directory, same filesystem);
+//   2. write() fills and drains the staging halves at their true offsets;
+//   3. close() writes the last partial block, waits for every request, checks the size,
+//      fdatasyncs, renames the temporary onto the target and fsyncs the directory;
+//   4. abort(), a failed close(), or destruction without close() delete the temporary.
+// A background write error is sticky: it surfaces at the next write() or at close().
+//
+// Parallel writers: N writers (threads or processes) that each run the same deterministic
+// serialization can split the persisting work. Writer r persists stripe k (bytes
+// [k*S, (k+1)*S) of the stream, S = stripe_bytes) when k mod N == r, at its true offset in one
+// shared temporary file; each writer's close() records that its stripes are durable, and the
+// close() that completes the set commits the file. Together they produce ONE file, identical to
+// what a single writer produces. See parallel_commit.cc for the rendezvous.
+//
+// Thread-safety: one writer object is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fastpersist/io_engine.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist {
+
+struct FastFileWriterOptions {
+  size_t io_buffer_bytes = size_t{64} << 20;  // pinned staging, both halves together
+  bool single_io_buffer = false;              // one half: fill, write, wait (no overlap)
+  bool zero_copy = true;                      // write aligned source memory without copying
+  size_t zero_copy_min_bytes = size_t{1} << 20;
+  bool durable = true;                        // fdatasync the file and fsync the directory
+  // Parallel writers; the default is one writer owning the whole stream.
+  unsigned num_writers = 1;
+  unsigned writer_rank = 0;
+  size_t stripe_bytes = size_t{32} << 20;     // multiple of 4096
+};
+
+struct FastFileWriterStats {
+  uint64_t bytes = 0;            // bytes of the stream seen by write()
+  uint64_t persisted_bytes = 0;  // bytes this writer wrote to the file (all of them unless parallel)
+  uint64_t write_calls = 0;
+  double write_seconds = 0;      // time inside write() and close()
+  uint64_t fill_bytes = 0;       // copied into the staging buffer
+  double fill_seconds = 0;
+  uint64_t zero_copy_bytes = 0;  // written straight from the caller's memory
+  uint64_t slow_path_bytes = 0;  // the final unaligned tail, written through the page cache
+  double io_wait_seconds = 0;    // blocked waiting for the device
+  uint64_t drains = 0;           // staging halves submitted
+  size_t pinned_bytes = 0;       // staging memory held
+  std::string to_string() const; // one line, DeepSpeed-like keys, GB/s in 1e9 bytes
+};
+
+class FastFileWriter {
+ public:
+  // `engine` may be shared with other users (the writer waits on its own tickets only); null
+  // makes a private one with default options.
+  static Result<std::unique_ptr<FastFileWriter>> open(const std::string& path,
+                                                      const FastFileWriterOptions& options = {},
+                                                      std::shared_ptr<IoEngine> engine = nullptr);
+  ~FastFileWriter();  // abort() unless closed
+  FastFileWriter(const FastFileWriter&) = delete;
+  FastFileWriter& operator=(const FastFileWriter&) = delete;
+
+  // Appends `bytes` bytes. The memory may be reused as soon as write() returns.
+  Status write(const void* data, size_t bytes);
+  // Commits the file (see the protocol above). With parallel writers, the file appears when the
+  // last writer closed; `committed()` tells whether this close() was that one.
+  Status close();
+  // Discards everything; the target is left as it was. Safe to call at any time, repeatedly.
+  void abort();
+
+  bool closed() const { return state_ != State::kOpen; }
+  bool committed() const { return committed_; }
+  uint64_t bytes_written() const { return stats_.bytes; }
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+  FastFileWriterStats stats() const { return stats_; }
+
+  struct Impl;
+
+ private:
+  enum class State { kOpen, kClosed, kAborted };
+  FastFileWriter(std::string path, FastFileWriterOptions options);
+  bool owns(uint64_t stream_offset) const;
+  uint64_t own_range_end(uint64_t stream_offset, uint64_t limit) const;
+  Status write_own(const std::byte* p, size_t n);
+  Status drain();
+  Status wait_half(int half);
+  Status wait_all();
+  Status fail(Status st);
+  Status finish_single();
+
+  std::string path_;
+  std::string temp_path_;
+  FastFileWriterOptions options_;
+  std::unique_ptr<Impl> impl_;
+  State state_ = State::kOpen;
+  bool committed_ = false;
+  Status error_;
+  FastFileWriterStats stats_;
+  uint64_t pos_ = 0;         // stream offset of the next byte
+  int cur_ = 0;              // staging half being filled
+  uint64_t cur_start_ = 0;   // file offset of its first byte
+  size_t fill_ = 0;          // bytes in it
+  size_t half_bytes_ = 0;
+};
+
+}  // namespace fastpersist

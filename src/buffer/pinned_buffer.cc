@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "fastpersist/pinned_buffer.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "buffer/cuda_runtime.h"
+#include "common/align.h"
+
+namespace fastpersist {
+namespace {
+
+std::atomic<bool> g_memlock_warned{false};
+
+size_t page_size() {
+  static const size_t size = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+// A process may lock up to its soft RLIMIT_MEMLOCK; raising the soft limit to the hard one needs
+// no privilege, and on most servers the hard limit is far larger (often unlimited).
+void raise_memlock_soft_limit_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+      lim.rlim_cur = lim.rlim_max;
+      (void)::setrlimit(RLIMIT_MEMLOCK, &lim);
+    }
+  });
+}
+
+void warn_unlocked_once(size_t bytes, int err) {
+  if (g_memlock_warned.exchange(true)) return;
+  rlimit lim{};
+  ::getrlimit(RLIMIT_MEMLOCK, &lim);
+  std::string limit = lim.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
+                                                    : std::to_string(lim.rlim_cur >> 10) + " KiB";
+  std::fprintf(stderr,
+               "fastpersist: warning: cannot lock %zu bytes of buffer memory (%s; RLIMIT_MEMLOCK is "
+               "%s); using unlocked page-aligned memory, which works but may be paged out. Raise the "
+               "limit with `ulimit -l unlimited` or LimitMEMLOCK=infinity. This warning is shown "
+               "once.\n",
+               bytes, std::strerror(err), limit.c_str());
+}
+
+}  // namespace
+
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
+  PinnedBuffer b;
+  const size_t page = page_size();
+  b.size_ = bytes;
+  b.capacity_ = align_up(std::max<size_t>(bytes, 1), page);
+  void* p = nullptr;
+  int rc = ::posix_memalign(&p, page, b.capacity_);
+  if (rc != 0) {
+    return Status::from_errno(rc, "cannot allocate " + std::to_string(b.capacity_) + " bytes of aligned memory");
+  }
+  // Touch every page now: mlock would fault them in anyway, and the zeroes make reads of unused
+  // tails deterministic.
+  std::memset(p, 0, b.capacity_);
+  b.data_ = static_cast<std::byte*>(p);
+  raise_memlock_soft_limit_once();
+  if (::mlock(p, b.capacity_) == 0) {
+    b.locked_ = true;
+  } else {
+    warn_unlocked_once(b.capacity_, errno);
+  }
+  const buffer::CudaRuntime& cuda = buffer::cuda_runtime();
+  if (cuda.available && cuda.host_register(p, b.capacity_, 0) == 0) b.cuda_registered_ = true;
+  return b;
+}
+
+PinnedBuffer::~PinnedBuffer() { release(); }
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      capacity_(std::exchange(o.capacity_, 0)),
+      locked_(std::exchange(o.locked_, false)),
+      cuda_registered_(std::exchange(o.cuda_registered_, false)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    capacity_ = std::exchange(o.capacity_, 0);
+    locked_ = std::exchange(o.locked_, false);
+    cuda_registered_ = std::exchange(o.cuda_registered_, false);
+  }
+  return *this;
+}
+
+bool PinnedBuffer::contains(const void* p, size_t n) const {
+  auto begin = reinterpret_cast<uintptr_t>(data_);
+  auto q = reinterpret_cast<uintptr_t>(p);
+  return data_ != nullptr && q >= begin && n <= capacity_ && q - begin <= capacity_ - n;
+}
+
+void PinnedBuffer::release() {
+  if (data_ == nullptr) return;
+  if (cuda_registered_) buffer::cuda_runtime().host_unregister(data_);
+  if (locked_) ::munlock(data_, capacity_);
+  std::free(data_);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+  locked_ = cuda_registered_ = false;
+}
+
+MemlockInfo memlock_info() {
+  MemlockInfo info;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+    info.soft_limit = lim.rlim_cur == RLIM_INFINITY ? UINT64_MAX : lim.rlim_cur;
+    info.hard_limit = lim.rlim_max == RLIM_INFINITY ? UINT64_MAX : lim.rlim_max;
+  }
+  info.warned = g_memlock_warned.load();
+  return info;
+}
+
+CudaRuntimeInfo cuda_runtime_info() {
+  const buffer::CudaRuntime& rt = buffer::cuda_runtime();
+  return {rt.available, rt.library, rt.reason};
+}
+
+}  // namespace fastpersist

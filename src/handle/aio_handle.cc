@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "fastpersist/aio_handle.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/unique_fd.h"
+
+namespace fastpersist {
+namespace {
+
+constexpr size_t kHandleAlignment = 4096;
+constexpr size_t kValidateChunk = size_t{4} << 20;
+
+// Re-reads [offset, offset + bytes) through the page cache and compares it with `expected`.
+Status compare_with_file(const std::byte* expected, size_t bytes, const std::string& path, int fd,
+                         uint64_t offset) {
+  UniqueFd own;
+  if (fd < 0) {
+    own.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!own.valid()) return Status::from_errno(errno, "validate: cannot reopen file").with_path(path);
+    fd = own.get();
+  }
+  std::vector<std::byte> chunk(std::min(bytes, kValidateChunk));
+  size_t done = 0;
+  while (done < bytes) {
+    size_t want = std::min(chunk.size(), bytes - done);
+    ssize_t n = ::pread(fd, chunk.data(), want, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Status(StatusCode::kIoError, n < 0 ? "validate: re-read failed" : "validate: file is shorter than the buffer",
+                    n < 0 ? errno : 0)
+          .with_path(path.empty() ? "fd " + std::to_string(fd) : path)
+          .with_range(offset + done, want);
+    }
+    if (std::memcmp(chunk.data(), expected + done, static_cast<size_t>(n)) != 0) {
+      size_t i = 0;
+      while (chunk[i] == expected[done + i]) ++i;
+      return Status(StatusCode::kIoError, "validate: file content differs from the buffer", EIO)
+          .with_path(path.empty() ? "fd " + std::to_string(fd) : path)
+          .with_range(offset + done + i, 1);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AioHandle>> AioHandle::create(const EngineOptions& options) {
+  FP_ASSIGN_OR_RETURN(auto engine, IoEngine::create(options));
+  return std::unique_ptr<AioHandle>(new AioHandle(std::move(engine)));
+}
+
+AioHandle::AioHandle(std::unique_ptr<IoEngine> engine) : engine_(std::move(engine)) {}
+
+AioHandle::~AioHandle() { (void)engine_->wait(); }
+
+size_t AioHandle::get_block_size() const { return engine_->options().block_size; }
+unsigned AioHandle::get_queue_depth() const { return engine_->options().queue_depth; }
+bool AioHandle::get_single_submit() const { return engine_->options().single_submit; }
+bool AioHandle::get_overlap_events() const { return engine_->options().overlap_events; }
+unsigned AioHandle::get_intra_op_parallelism() const { return engine_->options().intra_op_parallelism; }
+size_t AioHandle::get_alignment() const { return kHandleAlignment * get_intra_op_parallelism(); }
+
+Result<int> AioHandle::start(IoRequest request, bool validate, bool async_op) {
+  FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->submit(request));
+  (void)ticket;
+  if (validate) {
+    std::lock_guard lock(mu_);
+    pending_validations_.push_back({request.kind == IoKind::kWrite, request.buffer,
+                                    static_cast<size_t>(request.length), request.path, request.fd,
+                                    request.file_offset});
+  }
+  if (async_op) return 0;
+  return wait();
+}
+
+Result<int> AioHandle::wait() {
+  Result<size_t> done = engine_->wait();
+  std::vector<Validation> checks;
+  {
+    std::lock_guard lock(mu_);
+    checks.swap(pending_validations_);
+  }
+  if (!done.is_ok()) return done.status();
+  FP_RETURN_IF_ERROR(run_validations(std::move(checks)));
+  return static_cast<int>(*done);
+}
+
+Status AioHandle::run_validations(std::vector<Validation> checks) {
+  for (const Validation& v : checks) {
+    FP_RETURN_IF_ERROR(compare_with_file(v.buffer, v.bytes, v.path, v.fd, v.offset));
+  }
+  return Status::ok();
+}
+
+namespace {
+IoRequest make_request(IoKind kind, const void* buffer, size_t bytes, const std::string& path, int fd,
+                       uint64_t offset) {
+  IoRequest r;
+  r.kind = kind;
+  r.buffer = static_cast<std::byte*>(const_cast<void*>(buffer));
+  r.length = bytes;
+  r.path = path;
+  r.fd = fd;
+  r.file_offset = offset;
+  return r;
+}
+}  // namespace
+
+Result<int> AioHandle::pwrite(const void* buffer, size_t bytes, const std::string& path, bool validate,
+                              bool async_op, uint64_t file_offset) {
+  return start(make_request(IoKind::kWrite, buffer, bytes, path, -1, file_offset), validate, async_op);
+}
+Result<int> AioHandle::pread(void* buffer, size_t bytes, const std::string& path, bool validate,
+                             bool async_op, uint64_t file_offset) {
+  return start(make_request(IoKind::kRead, buffer, bytes, path, -1, file_offset), validate, async_op);
+}
+Result<int> AioHandle::sync_pwrite(const void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
+  return pwrite(buffer, bytes, path, false, false, file_offset);
+}
+Result<int> AioHandle::sync_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
+  return pread(buffer, bytes, path, false, false, file_offset);
+}
+Result<int> AioHandle::async_pwrite(const void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
+  return pwrite(buffer, bytes, path, false, true, file_offset);
+}
+Result<int> AioHandle::async_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
+  return pread(buffer, bytes, path, false, true, file_offset);
+}
+Result<int> AioHandle::async_pwrite_fd(const void* buffer, size_t bytes, int fd, uint64_t file_offset) {
+  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  return start(make_request(IoKind::kWrite, buffer, bytes, "", fd, file_offset), false, true);
+}
+Result<int> AioHandle::async_pread_fd(void* buffer, size_t bytes, int fd, uint64_t file_offset) {
+  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  return start(make_request(IoKind::kRead, buffer, bytes, "", fd, file_offset), false, true);
+}
+
+Result<std::shared_ptr<PinnedBuffer>> AioHandle::new_cpu_locked_buffer(size_t bytes) {
+  FP_ASSIGN_OR_RETURN(auto buffer, pool_.acquire(bytes));
+  std::lock_guard lock(mu_);
+  locked_.push_back(buffer);
+  return buffer;
+}
+
+bool AioHandle::free_cpu_locked_buffer(const void* data) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(locked_.begin(), locked_.end(),
+                         [&](const auto& b) { return b->data() == data; });
+  if (it == locked_.end()) return false;
+  locked_.erase(it);
+  return true;
+}
+
+bool AioHandle::is_pinned(const void* data, size_t bytes) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(locked_.begin(), locked_.end(),
+                     [&](const auto& b) { return b->contains(data, bytes); });
+}
+
+}  // namespace fastpersist

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+// FastFileWriter: staging, draining and the single-writer commit. The protocol is described at
+// the top of include/fastpersist/fast_file_writer.h; the parallel rendezvous is in
+// parallel_commit.cc.
+#include "fastpersist/fast_file_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "common/align.h"
+#include "common/unique_fd.h"
+#include "fastpersist/pinned_buffer.h"
+#include "stream/parallel_commit.h"
+#include "stream/writer_files.h"
+
+namespace fastpersist {
+namespace {
+
+// Staging halves, stripes and zero-copy runs are cut at this granularity, which every O_DIRECT
+// alignment we meet divides (logical blocks of 512 or 4096 bytes, 4 KiB pages).
+constexpr uint64_t kStreamAlignment = 4096;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+struct FastFileWriter::Impl {
+  std::shared_ptr<IoEngine> engine;
+  UniqueFd fd;
+  std::shared_ptr<PinnedBuffer> staging;
+  IoTicket in_flight[2];
+  std::unique_ptr<stream::StreamDigest> digest;  // parallel writers only
+  uint32_t memory_alignment = 512;
+};
+
+std::string FastFileWriterStats::to_string() const {
+  auto gbps = [](uint64_t b, double s) { return s > 0 ? static_cast<double>(b) / s / 1e9 : 0.0; };
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "stats = {bytes: %llu, persisted_bytes: %llu, write_calls: %llu, write_secs: %.3f, "
+                "write_GB/s: %.2f, fill_bytes: %llu, fill_secs: %.3f, fill_GB/s: %.2f, "
+                "zero_copy_bytes: %llu, slow_path_bytes: %llu, io_wait_secs: %.3f, drains: %llu, "
+                "pinned_bytes: %zu}",
+                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(persisted_bytes),
+                static_cast<unsigned long long>(write_calls), write_seconds, gbps(bytes, write_seconds),
+                static_cast<unsigned long long>(fill_bytes), fill_seconds, gbps(fill_bytes, fill_seconds),
+                static_cast<unsigned long long>(zero_copy_bytes),
+                static_cast<unsigned long long>(slow_path_bytes), io_wait_seconds,
+                static_cast<unsigned long long>(drains), pinned_bytes);
+  return line;
+}
+
+FastFileWriter::FastFileWriter(std::string path, FastFileWriterOptions options)
+    : path_(std::move(path)), options_(options), impl_(std::make_unique<Impl>()) {}
+
+Result<std::unique_ptr<FastFileWriter>> FastFileWriter::open(const std::string& path,
+                                                             const FastFileWriterOptions& options,
+                                                             std::shared_ptr<IoEngine> engine) {
+  auto bad = [](std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); };
+  if (path.empty()) return bad("empty path");
+  size_t halves = options.single_io_buffer ? 1 : 2;
+  if (options.io_buffer_bytes < halves * kStreamAlignment) {
+    return bad("io_buffer_bytes must be at least " + std::to_string(halves * kStreamAlignment));
+  }
+  if (options.num_writers == 0 || options.writer_rank >= options.num_writers) {
+    return bad("writer_rank must be in [0, num_writers)");
+  }
+  if (options.num_writers > 1 &&
+      (options.stripe_bytes == 0 || !is_aligned(options.stripe_bytes, kStreamAlignment))) {
+    return bad("stripe_bytes must be a positive multiple of 4096");
+  }
+  std::unique_ptr<FastFileWriter> w(new FastFileWriter(path, options));
+  Impl& impl = *w->impl_;
+  if (engine == nullptr) {
+    FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> own, IoEngine::create(EngineOptions{}));
+    engine = std::move(own);
+  }
+  impl.engine = std::move(engine);
+  w->half_bytes_ = static_cast<size_t>(align_down(options.io_buffer_bytes / halves, kStreamAlignment));
+  FP_ASSIGN_OR_RETURN(impl.staging, default_pinned_pool().acquire(w->half_bytes_ * halves));
+  w->stats_.pinned_bytes = impl.staging->capacity();
+  if (options.num_writers > 1) {
+    FP_ASSIGN_OR_RETURN(impl.fd, stream::open_shared_partial(path, &w->temp_path_));
+    impl.digest = std::make_unique<stream::StreamDigest>();
+  } else {
+    FP_ASSIGN_OR_RETURN(impl.fd, stream::create_temp_beside(path, &w->temp_path_));
+  }
+  Result<FileIoMode> mode = probe_file_io(w->temp_path_);
+  impl.memory_alignment = mode.is_ok() && mode->direct ? mode->memory_alignment : 1;
+  return w;
+}
+
+FastFileWriter::~FastFileWriter() {
+  if (state_ == State::kOpen) abort();
+}
+
+bool FastFileWriter::owns(uint64_t offset) const {
+  return options_.num_writers == 1 ||
+         (offset / options_.stripe_bytes) % options_.num_writers == options_.writer_rank;
+}
+
+uint64_t FastFileWriter::own_range_end(uint64_t offset, uint64_t limit) const {
+  if (options_.num_writers == 1) return limit;
+  return std::min(limit, (offset / options_.stripe_bytes + 1) * options_.stripe_bytes);
+}
+
+Status FastFileWriter::fail(Status st) {
+  if (error_.is_ok()) error_ = st;
+  return st;
+}
+
+Status FastFileWriter::write(const void* data, size_t bytes) {
+  if (state_ != State::kOpen) {
+    return Status(StatusCode::kInvalidArgument, "write to a closed writer").with_path(path_);
+  }
+  if (!error_.is_ok()) return error_;
+  if (bytes == 0) return Status::ok();
+  if (data == nullptr) return Status(StatusCode::kInvalidArgument, "null data with nonzero length");
+  auto t0 = Clock::now();
+  ++stats_.write_calls;
+  const auto* p = static_cast<const std::byte*>(data);
+  if (impl_->digest) impl_->digest->update(p, bytes);
+  Status st = write_own(p, bytes);
+  stats_.bytes += bytes;
+  stats_.write_seconds += seconds_since(t0);
+  return st;
+}
+
+Status FastFileWriter::write_own(const std::byte* p, size_t n) {
+  const uint64_t end = pos_ + n;
+  while (pos_ < end) {
+    uint64_t run_end = own_range_end(pos_, end);
+    if (!owns(pos_)) {  // another writer persists this stripe
+      p += run_end - pos_;
+      pos_ = run_end;
+      continue;
+    }
+    if (fill_ == 0) {
+      cur_start_ = pos_;
+      uint64_t run = align_down(run_end - pos_, kStreamAlignment);
+      if (options_.zero_copy && run >= options_.zero_copy_min_bytes &&
+          is_aligned(pos_, kStreamAlignment) && is_aligned(p, impl_->memory_alignment)) {
+        // The caller's memory is only ours until we return: finish this request before that.
+        IoRequest r{IoKind::kWrite, const_cast<std::byte*>(p), run, "", impl_->fd.get(), pos_};
+        auto t = Clock::now();
+        Result<uint64_t> done = impl_->engine->run(r);
+        stats_.io_wait_seconds += seconds_since(t);
+        if (!done.is_ok()) return fail(done.status());
+        stats_.zero_copy_bytes += run;
+        stats_.persisted_bytes += run;
+        p += run;
+        pos_ += run;
+        continue;
+      }
+    }
+    size_t take = static_cast<size_t>(std::min<uint64_t>(run_end - pos_, half_bytes_ - fill_));
+    auto t = Clock::now();
+    std::memcpy(impl_->staging->data() + static_cast<size_t>(cur_) * half_bytes_ + fill_, p, take);
+    stats_.fill_seconds += seconds_since(t);
+    stats_.fill_bytes += take;
+    fill_ += take;
+    p += take;
+    pos_ += take;
+    // Drain a full half, or the end of one of this writer's stripes (the next byte is not ours).
+    if (fill_ == half_bytes_ || (options_.num_writers > 1 && pos_ % options_.stripe_bytes == 0)) {
+      FP_RETURN_IF_ERROR(drain());
+    }
+  }
+  return Status::ok();
+}
+
+Status FastFileWriter::wait_half(int half) {
+  IoTicket& t = impl_->in_flight[half];
+  if (!t.valid()) return Status::ok();
+  auto start = Clock::now();
+  Result<uint64_t> r = t.wait();
+  stats_.io_wait_seconds += seconds_since(start);
+  t = IoTicket();
+  if (!r.is_ok()) return fail(r.status());
+  return Status::ok();
+}
+
+Status FastFileWriter::wait_all() {
+  Status a = wait_half(0);
+  Status b = wait_half(1);
+  return a.is_ok() ? b : a;
+}
+
+// Submits the half being filled and moves to the other one, waiting for it if still in flight.
+Status FastFileWriter::drain() {
+  if (fill_ == 0) return Status::ok();
+  IoRequest r{IoKind::kWrite, impl_->staging->data() + static_cast<size_t>(cur_) * half_bytes_, fill_,
+              "", impl_->fd.get(), cur_start_};
+  Result<IoTicket> t = impl_->engine->start(r);
+  if (!t.is_ok()) return fail(t.status());
+  impl_->in_flight[cur_] = *t;
+  ++stats_.drains;
+  stats_.persisted_bytes += fill_;
+  fill_ = 0;
+  if (options_.single_io_buffer) return wait_half(cur_);
+  cur_ ^= 1;
+  return wait_half(cur_);
+}
+
+Status FastFileWriter::close() {
+  if (state_ == State::kClosed) return Status::ok();
+  if (state_ == State::kAborted) return Status(StatusCode::kInvalidArgument, "writer was aborted").with_path(path_);
+  auto t0 = Clock::now();
+  Status st = error_;
+  if (st.is_ok() && fill_ > 0) {
+    // The final partial half: the engine writes its aligned part O_DIRECT and the unaligned
+    // tail through the page cache.
+    stats_.slow_path_bytes += fill_ % kStreamAlignment;
+    st = drain();
+  }
+  Status waited = wait_all();
+  if (st.is_ok()) st = waited;
+  if (st.is_ok()) {
+    st = options_.num_writers > 1
+             ? stream::finish_parallel(impl_->fd, temp_path_, path_, impl_->digest->value(), pos_,
+                                       options_.writer_rank, options_.num_writers,
+                                       options_.durable, &committed_)
+             : finish_single();
+  }
+  stats_.write_seconds += seconds_since(t0);
+  if (!st.is_ok()) {
+    abort();
+    return st;
+  }
+  state_ = State::kClosed;
+  return Status::ok();
+}
+
+Status FastFileWriter::finish_single() {
+  int fd = impl_->fd.get();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(temp_path_);
+  if (static_cast<uint64_t>(st.st_size) != pos_) {
+    return Status(StatusCode::kInternal, "file size " + std::to_string(st.st_size) +
+                                             " differs from the bytes written " + std::to_string(pos_))
+        .with_path(temp_path_);
+  }
+  if (options_.durable && ::fdatasync(fd) != 0) {
+    return Status::from_errno(errno, "fdatasync failed").with_path(temp_path_);
+  }
+  impl_->fd.reset();
+  FP_RETURN_IF_ERROR(stream::commit_rename(temp_path_, path_, options_.durable));
+  committed_ = true;
+  return Status::ok();
+}
+
+void FastFileWriter::abort() {
+  if (state_ == State::kAborted || state_ == State::kClosed) return;
+  state_ = State::kAborted;
+  (void)wait_all();  // the engine may still be writing from our staging memory
+  impl_->fd.reset();
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+}
+
+}  // namespace fastpersist

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// File-system steps of the writer's commit protocol (private to src/stream).
+#pragma once
+
+#include <string>
+
+#include "common/unique_fd.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist::stream {
+
+// "<dir>/.<name>.fp-tmp-XXXXXX", created O_EXCL next to `target` (so rename is atomic).
+Result<UniqueFd> create_temp_beside(const std::string& target, std::string* temp_path);
+// fsync of the directory holding `path`, so a rename in it is durable.
+Status fsync_parent_dir(const std::string& path);
+// rename + (optionally) parent fsync.
+Status commit_rename(const std::string& from, const std::string& to, bool durable);
+// The directory part and the file-name part of a path ("." for a bare name).
+std::string dir_of(const std::string& path);
+std::string base_of(const std::string& path);
+
+}  // namespace fastpersist::stream

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist`: diagnostics and benchmarks for the fastpersist I/O engine.
+#include <CLI/CLI.hpp>
+#include <vector>
+
+#include "command.h"
+
+int main(int argc, char** argv) {
+  using namespace fastpersist::cli;
+  CLI::App app{"fastpersist: save and load deep-learning checkpoints at the speed of the storage",
+               "fastpersist"};
+  app.set_version_flag("--version", FASTPERSIST_VERSION);
+  app.require_subcommand(1);
+  std::vector<Command> commands = {add_report_command(app), add_io_bench_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end here too, with code 0.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run();
+  }
+  return kExitUsage;
+}
