@@ -74,6 +74,7 @@ class AioHandle {
     std::string path;
     int fd;
     uint64_t offset;
+    IoTicket ticket;
   };
   explicit AioHandle(std::unique_ptr<IoEngine> engine);
   Result<int> start(IoRequest request, bool validate, bool async_op);

@@ -22,8 +22,10 @@ namespace fastpersist {
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  // Page-aligned memory of at least `bytes` (rounded up to whole pages), zero-filled.
-  static Result<PinnedBuffer> allocate(size_t bytes);
+  // Page-aligned memory of at least `bytes` (rounded up to whole pages), zero-filled. With
+  // `lock_memory` false the memory is only aligned (for large read buffers that need O_DIRECT
+  // alignment but should not count against the memlock limit).
+  static Result<PinnedBuffer> allocate(size_t bytes, bool lock_memory = true);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;

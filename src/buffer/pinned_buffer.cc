@@ -54,20 +54,17 @@ void warn_unlocked_once(size_t bytes, int err) {
 
 }  // namespace
 
-Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory) {
   PinnedBuffer b;
-  const size_t page = page_size();
   b.size_ = bytes;
-  b.capacity_ = align_up(std::max<size_t>(bytes, 1), page);
-  void* p = nullptr;
-  int rc = ::posix_memalign(&p, page, b.capacity_);
-  if (rc != 0) {
-    return Status::from_errno(rc, "cannot allocate " + std::to_string(b.capacity_) + " bytes of aligned memory");
+  b.capacity_ = align_up(std::max<size_t>(bytes, 1), page_size());
+  // Anonymous mappings are page-aligned and already zero: no memset pass over gigabytes.
+  void* p = ::mmap(nullptr, b.capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::from_errno(errno, "cannot map " + std::to_string(b.capacity_) + " bytes of memory");
   }
-  // Touch every page now: mlock would fault them in anyway, and the zeroes make reads of unused
-  // tails deterministic.
-  std::memset(p, 0, b.capacity_);
   b.data_ = static_cast<std::byte*>(p);
+  if (!lock_memory) return b;
   raise_memlock_soft_limit_once();
   if (::mlock(p, b.capacity_) == 0) {
     b.locked_ = true;
@@ -110,7 +107,7 @@ void PinnedBuffer::release() {
   if (data_ == nullptr) return;
   if (cuda_registered_) buffer::cuda_runtime().host_unregister(data_);
   if (locked_) ::munlock(data_, capacity_);
-  std::free(data_);
+  ::munmap(data_, capacity_);
   data_ = nullptr;
   size_ = capacity_ = 0;
   locked_ = cuda_registered_ = false;

@@ -69,15 +69,20 @@ size_t AioHandle::get_alignment() const { return kHandleAlignment * get_intra_op
 
 Result<int> AioHandle::start(IoRequest request, bool validate, bool async_op) {
   FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->submit(request));
-  (void)ticket;
   if (validate) {
     std::lock_guard lock(mu_);
     pending_validations_.push_back({request.kind == IoKind::kWrite, request.buffer,
                                     static_cast<size_t>(request.length), request.path, request.fd,
-                                    request.file_offset});
+                                    request.file_offset, ticket});
   }
   if (async_op) return 0;
-  return wait();
+  // Another thread's wait() may collect our request; our own ticket still tells when it is done
+  // and how it ended, so a sync call never returns early or loses its error.
+  Result<int> drained = wait();
+  Result<uint64_t> own = ticket.wait();
+  if (!own.is_ok()) return own.status();
+  if (!drained.is_ok()) return drained.status();
+  return std::max(*drained, 1);
 }
 
 Result<int> AioHandle::wait() {
@@ -94,6 +99,9 @@ Result<int> AioHandle::wait() {
 
 Status AioHandle::run_validations(std::vector<Validation> checks) {
   for (const Validation& v : checks) {
+    // The request may belong to another thread's batch: compare only once it finished.
+    Result<uint64_t> done = v.ticket.wait();
+    if (!done.is_ok()) return done.status();
     FP_RETURN_IF_ERROR(compare_with_file(v.buffer, v.bytes, v.path, v.fd, v.offset));
   }
   return Status::ok();

@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: Apache-2.0
+# `make demo` and `make test` work on a fresh Debian 12 machine as root: they install what they
+# need (apt packages, a .venv), build, and are quick no-ops when nothing changed.
+#
+#   make deps      apt packages (skipped when all are installed)
+#   make venv      .venv with requirements-dev.txt (torch, numpy, pytest, nanobind, ...)
+#   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
+#   make python    `pip install .` into .venv, only when a source file changed
+#   make test      ctest + pytest
+#   make demo      `fastpersist report` and `fastpersist io-bench` on $(BENCH_DIR)
+#   make clean     remove build/ (keeps .venv)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON     ?= python3
+VENV       ?= .venv
+BUILD_DIR  ?= build
+BENCH_DIR  ?= bench-data
+DEMO_SIZE  ?= 1GiB
+CMAKE      ?= cmake
+CTEST      ?= ctest
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_ARGS ?=
+PYTEST_ARGS ?= -q
+
+VENV_PY    := $(VENV)/bin/python
+CLI        := $(BUILD_DIR)/tools/fastpersist
+STAMPS     := $(VENV)/.fastpersist-stamps
+
+APT_PACKAGES := build-essential cmake ninja-build pkg-config python3 python3-venv python3-dev \
+  liburing-dev libaio-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev \
+  libxxhash-dev fio e2fsprogs xfsprogs
+
+# Everything `pip install .` builds from; the package is reinstalled when one of these changes.
+PY_SOURCES := pyproject.toml CMakeLists.txt \
+  $(shell find cmake include src tools python -type f \
+      \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \
+         -o -name '*.typed' \) -not -path '*/__pycache__/*' 2>/dev/null)
+
+.PHONY: all deps venv build python test test-cpp test-python demo clean distclean
+
+all: test
+
+# ---------------------------------------------------------------------------- apt packages
+# dpkg answers in milliseconds; apt-get runs only when something is missing.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || echo "$$p"; \
+	  done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing" $$missing; \
+	  if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get update -q; \
+	  $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+# ---------------------------------------------------------------------------- Python venv
+venv: $(STAMPS)/requirements
+
+$(STAMPS)/requirements: requirements-dev.txt | deps
+	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install -q -r requirements-dev.txt
+	@mkdir -p $(STAMPS) && touch $@
+
+# ---------------------------------------------------------------------------- C++ build
+$(BUILD_DIR)/build.ninja: | deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DFASTPERSIST_WERROR=ON -DFASTPERSIST_BUILD_TESTS=ON -DFASTPERSIST_BUILD_TOOLS=ON
+
+# ninja decides what is stale (and re-runs cmake when a CMakeLists.txt changed).
+build: $(BUILD_DIR)/build.ninja
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
+
+# ---------------------------------------------------------------------------- Python package
+python: $(STAMPS)/installed
+
+# --no-build-isolation: use the venv's nanobind / scikit-build-core / cmake / ninja, so the
+# persistent build dir (build/python/<tag>) stays valid and rebuilds are incremental.
+$(STAMPS)/installed: $(STAMPS)/requirements $(PY_SOURCES)
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(VENV_PY) -m pip install -q --no-build-isolation --no-deps \
+	  --config-settings=cmake.define.FASTPERSIST_WERROR=ON .
+	@touch $@
+
+# ---------------------------------------------------------------------------- test / demo
+test: test-cpp test-python
+
+test-cpp: build
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure $(CTEST_ARGS)
+
+test-python: python build
+	FASTPERSIST_CLI=$(CURDIR)/$(CLI) $(VENV)/bin/pytest tests/python $(PYTEST_ARGS)
+
+demo: build python
+	@mkdir -p $(BENCH_DIR)
+	$(CLI) report --folder $(BENCH_DIR)
+	$(CLI) io-bench --folder $(BENCH_DIR) --size $(DEMO_SIZE) --write --keep
+	$(CLI) io-bench --folder $(BENCH_DIR) --size $(DEMO_SIZE) --read
+
+clean:
+	rm -rf $(BUILD_DIR)
+	rm -f $(STAMPS)/installed
+
+distclean: clean
+	rm -rf $(VENV) $(BENCH_DIR)

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared pieces of the private `fastpersist._core` extension: one registration function per
+// concept, the single Status -> Python exception mapping, and a GIL-free call helper.
+//
+// Rules every binding follows: a call that does I/O, waits, allocates pinned memory or may
+// otherwise block runs with the GIL released (`without_gil`); a non-OK Status becomes an
+// exception only through `raise_status` (errors.cc), with the GIL held again.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "fastpersist/pinned_buffer.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist::python {
+
+namespace nb = nanobind;
+
+void bind_errors(nb::module_& m);
+void bind_options(nb::module_& m);
+void bind_buffers(nb::module_& m);
+void bind_aio_handle(nb::module_& m);
+void bind_writer(nb::module_& m);
+
+// Raises the Python exception for a non-OK status (see errors.cc for the table).
+[[noreturn]] void raise_status(const Status& status);
+
+inline void check(const Status& status) {
+  if (!status.is_ok()) raise_status(status);
+}
+
+template <typename T>
+T unwrap(Result<T>&& result) {
+  if (!result.is_ok()) raise_status(result.status());
+  return std::move(result).value();
+}
+
+// Runs `fn` with the GIL released and returns its result (which must not be a Python object).
+template <typename F>
+auto without_gil(F&& fn) {
+  nb::gil_scoped_release nogil;
+  return fn();
+}
+
+// Pinned memory handed to Python (`_core.PinnedBuffer`). Shares ownership with the handle that
+// allocated it, so the memory lives while either holds it. Exposes the buffer protocol, so
+// torch.frombuffer / numpy.frombuffer / memoryview views keep this object (and the memory) alive.
+struct LockedBuffer {
+  std::shared_ptr<PinnedBuffer> buffer;
+  size_t nbytes = 0;  // as requested; a pooled buffer may be larger
+
+  std::byte* data() const { return buffer ? buffer->data() : nullptr; }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(data()); }
+};
+
+}  // namespace fastpersist::python

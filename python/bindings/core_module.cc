@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist._core`: the private extension module. Users import `fastpersist`, whose typed
+// facade (python/fastpersist/) turns Python buffers into (address, nbytes) and calls in here.
+#include "bindings.h"
+
+NB_MODULE(_core, m) {
+  namespace fp = fastpersist::python;
+  m.doc() = "fastpersist C++ core (private; use the `fastpersist` package)";
+  m.attr("__version__") = FASTPERSIST_VERSION;
+  // Loaded tensors may keep read buffers (PinnedBuffer objects) alive until interpreter exit,
+  // after this module's types are gone; that is expected, not a leak worth a warning.
+  nanobind::set_leak_warnings(false);
+  fp::bind_errors(m);
+  fp::bind_options(m);
+  fp::bind_buffers(m);
+  fp::bind_aio_handle(m);
+  fp::bind_writer(m);
+}

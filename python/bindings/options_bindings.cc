@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// EngineOptions (the one defaults table), size parsing, backend probes, statistics and the
+// folder probe: the read-mostly facts the Python facade and `fastpersist.backends()` show.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "fastpersist/io_backend.h"
+#include "fastpersist/io_engine.h"
+#include "fastpersist/options.h"
+#include "fastpersist/pinned_buffer.h"
+
+namespace fastpersist::python {
+
+void bind_options(nb::module_& m) {
+  using namespace nb::literals;
+
+  nb::class_<EngineOptions>(m, "EngineOptions", "Engine knobs; defaults are DeepNVMe's.")
+      .def(nb::init<>())
+      .def_prop_rw(
+          "backend", [](const EngineOptions& o) { return std::string(backend_name(o.backend)); },
+          [](EngineOptions& o, const std::string& name) {
+            o.backend = unwrap(parse_backend(name));
+          })
+      .def_rw("block_size", &EngineOptions::block_size)
+      .def_rw("queue_depth", &EngineOptions::queue_depth)
+      .def_rw("single_submit", &EngineOptions::single_submit)
+      .def_rw("overlap_events", &EngineOptions::overlap_events)
+      .def_rw("intra_op_parallelism", &EngineOptions::intra_op_parallelism)
+      .def_rw("direct_io", &EngineOptions::direct_io)
+      .def_rw("direct_io_min_bytes", &EngineOptions::direct_io_min_bytes)
+      .def("validate", [](const EngineOptions& o) { check(o.validate()); });
+
+  m.def(
+      "engine_options_from_env",
+      [](const EngineOptions& base) { return unwrap(engine_options_from_env(base)); }, "base"_a,
+      "Applies the FASTPERSIST_* environment variables on top of `base`.");
+  m.def(
+      "parse_size", [](const std::string& text) { return unwrap(parse_size(text)); }, "text"_a,
+      "Parses '4096', '64KiB', '8M', '1GiB' into bytes (K/M/G/T are powers of 1024).");
+
+  nb::class_<BackendProbe>(m, "BackendProbe")
+      .def_prop_ro("name",
+                   [](const BackendProbe& p) { return std::string(backend_name(p.backend)); })
+      .def_ro("built_in", &BackendProbe::built_in)
+      .def_ro("available", &BackendProbe::available)
+      .def_ro("reason", &BackendProbe::reason)
+      .def_ro("fix", &BackendProbe::fix);
+  m.def("probe_all_backends", [] {
+    auto probes = without_gil([] { return probe_all_backends(); });
+    return std::vector<BackendProbe>(probes.begin(), probes.end());
+  });
+  m.def(
+      "resolve_backend",
+      [](const std::string& name) {
+        Backend requested = unwrap(parse_backend(name));
+        std::string why;
+        Result<Backend> r = without_gil([&] { return resolve_backend(requested, &why); });
+        Backend chosen = unwrap(std::move(r));
+        return std::make_pair(std::string(backend_name(chosen)), why);
+      },
+      "name"_a, "The backend `name` resolves to on this machine, and why.");
+
+  nb::class_<IoStats>(m, "IoStats")
+      .def_ro("requests", &IoStats::requests)
+      .def_ro("bytes_written", &IoStats::bytes_written)
+      .def_ro("bytes_read", &IoStats::bytes_read)
+      .def_ro("direct_bytes", &IoStats::direct_bytes)
+      .def_ro("buffered_bytes", &IoStats::buffered_bytes)
+      .def_ro("bounce_bytes", &IoStats::bounce_bytes)
+      .def_ro("short_transfers", &IoStats::short_transfers)
+      .def_ro("direct_fallbacks", &IoStats::direct_fallbacks)
+      .def_ro("last_fallback_reason", &IoStats::last_fallback_reason);
+
+  nb::class_<FileIoMode>(m, "FileIoMode")
+      .def_ro("direct", &FileIoMode::direct)
+      .def_ro("fallback_reason", &FileIoMode::fallback_reason)
+      .def_ro("offset_alignment", &FileIoMode::offset_alignment)
+      .def_ro("memory_alignment", &FileIoMode::memory_alignment);
+  m.def(
+      "probe_file_io",
+      [](const std::string& path) {
+        Result<FileIoMode> r = without_gil([&] { return probe_file_io(path); });
+        return unwrap(std::move(r));
+      },
+      "path"_a, "How the engine would open `path` (a file or a folder) for writing.");
+
+  nb::class_<MemlockInfo>(m, "MemlockInfo")
+      .def_ro("soft_limit", &MemlockInfo::soft_limit)
+      .def_ro("hard_limit", &MemlockInfo::hard_limit)
+      .def_ro("warned", &MemlockInfo::warned);
+  m.def("memlock_info", [] { return memlock_info(); });
+
+  nb::class_<CudaRuntimeInfo>(m, "CudaRuntimeInfo")
+      .def_ro("available", &CudaRuntimeInfo::available)
+      .def_ro("library", &CudaRuntimeInfo::library)
+      .def_ro("reason", &CudaRuntimeInfo::reason);
+  m.def("cuda_runtime_info", [] { return without_gil([] { return cuda_runtime_info(); }); });
+}
+
+}  // namespace fastpersist::python

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// `_core.FastFileWriter` (the sink torch.save writes into) and `_core.read_file` (the whole-file
+// read behind fastpersist.load). Bytes arrive through the buffer protocol: torch hands write() a
+// read-only memoryview over its own memory, valid only during the call, and the C++ writer
+// copies or finishes the I/O before returning, so no reference outlives the call.
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "bindings.h"
+#include "fastpersist/fast_file_writer.h"
+#include "fastpersist/file_reader.h"
+#include "fastpersist/io_engine.h"
+
+namespace fastpersist::python {
+namespace {
+
+class PyFastFileWriter {
+ public:
+  PyFastFileWriter(const std::string& path, const EngineOptions& engine_options,
+                   const FastFileWriterOptions& options) {
+    Result<std::unique_ptr<FastFileWriter>> w = without_gil([&]() -> Result<std::unique_ptr<FastFileWriter>> {
+      FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
+      return FastFileWriter::open(path, options, std::shared_ptr<IoEngine>(std::move(engine)));
+    });
+    writer_ = unwrap(std::move(w));
+  }
+
+  ~PyFastFileWriter() {
+    if (writer_ && !writer_->closed()) {
+      nb::gil_scoped_release nogil;
+      writer_->abort();
+    }
+  }
+
+  size_t write(nb::handle data) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
+    Status st;
+    {
+      nb::gil_scoped_release nogil;
+      st = writer_->write(view.buf, static_cast<size_t>(view.len));
+    }
+    auto n = static_cast<size_t>(view.len);
+    PyBuffer_Release(&view);
+    check(st);
+    return n;
+  }
+
+  void close() { check(without_gil([&] { return writer_->close(); })); }
+  void abort() { without_gil([&] { writer_->abort(); return 0; }); }
+  FastFileWriter& get() { return *writer_; }
+
+ private:
+  std::unique_ptr<FastFileWriter> writer_;
+};
+
+nb::dict stats_dict(const FastFileWriterStats& s) {
+  nb::dict d;
+  d["bytes"] = s.bytes;
+  d["persisted_bytes"] = s.persisted_bytes;
+  d["write_calls"] = s.write_calls;
+  d["write_secs"] = s.write_seconds;
+  d["fill_bytes"] = s.fill_bytes;
+  d["fill_secs"] = s.fill_seconds;
+  d["zero_copy_bytes"] = s.zero_copy_bytes;
+  d["slow_path_bytes"] = s.slow_path_bytes;
+  d["io_wait_secs"] = s.io_wait_seconds;
+  d["drains"] = s.drains;
+  d["pinned_bytes"] = s.pinned_bytes;
+  return d;
+}
+
+}  // namespace
+
+void bind_writer(nb::module_& m) {
+  using namespace nb::literals;
+
+  nb::class_<FastFileWriterOptions>(m, "FastFileWriterOptions")
+      .def(nb::init<>())
+      .def_rw("io_buffer_bytes", &FastFileWriterOptions::io_buffer_bytes)
+      .def_rw("single_io_buffer", &FastFileWriterOptions::single_io_buffer)
+      .def_rw("zero_copy", &FastFileWriterOptions::zero_copy)
+      .def_rw("zero_copy_min_bytes", &FastFileWriterOptions::zero_copy_min_bytes)
+      .def_rw("durable", &FastFileWriterOptions::durable)
+      .def_rw("num_writers", &FastFileWriterOptions::num_writers)
+      .def_rw("writer_rank", &FastFileWriterOptions::writer_rank)
+      .def_rw("stripe_bytes", &FastFileWriterOptions::stripe_bytes);
+
+  nb::class_<PyFastFileWriter>(m, "FastFileWriter")
+      .def(nb::init<const std::string&, const EngineOptions&, const FastFileWriterOptions&>(),
+           "path"_a, "engine_options"_a, "options"_a)
+      .def("write", &PyFastFileWriter::write, "data"_a,
+           "Appends a C-contiguous buffer; returns its length. Raises OSError on I/O failure.")
+      .def("close", &PyFastFileWriter::close, "Flushes, fsyncs and renames into place.")
+      .def("abort", &PyFastFileWriter::abort, "Discards the file; the target is left as it was.")
+      .def_prop_ro("bytes_written", [](PyFastFileWriter& w) { return w.get().bytes_written(); })
+      .def_prop_ro("closed", [](PyFastFileWriter& w) { return w.get().closed(); })
+      .def_prop_ro("committed", [](PyFastFileWriter& w) { return w.get().committed(); })
+      .def_prop_ro("path", [](PyFastFileWriter& w) { return w.get().path(); })
+      .def("stats", [](PyFastFileWriter& w) { return stats_dict(w.get().stats()); })
+      .def("stats_line", [](PyFastFileWriter& w) { return w.get().stats().to_string(); });
+
+  m.def(
+      "read_file",
+      [](const std::string& path, const EngineOptions& options) {
+        auto buffer = unwrap(without_gil([&]() -> Result<std::shared_ptr<PinnedBuffer>> {
+          FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
+          return read_whole_file(path, *engine);
+        }));
+        LockedBuffer out;
+        out.nbytes = buffer->size();
+        out.buffer = std::move(buffer);
+        return out;
+      },
+      "path"_a, "engine_options"_a,
+      "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
+      "object, not memory-locked) that supports the buffer protocol.");
+}
+
+}  // namespace fastpersist::python

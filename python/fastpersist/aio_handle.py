@@ -1,0 +1,444 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`AioHandle`: DeepNVMe's ``aio_handle`` API, backed by the fastpersist C++ engine.
+
+Code written for ``deepspeed.ops.op_builder.AsyncIOBuilder().load().aio_handle(...)`` runs
+unchanged: same constructor knobs, method names and return values (sync calls return how many
+requests completed, async calls return 0 and are collected by ``wait()``). Differences:
+
+* Any buffer size and file offset works; nothing is silently short.
+* Errors raise exceptions instead of printing and returning -1 (or aborting): ``OSError``
+  subclasses carrying ``errno`` and ``filename`` for I/O failures, ``ValueError`` for bad
+  arguments, including a read past the end of the file.
+* Besides torch tensors, numpy arrays and any buffer-protocol object are accepted.
+* Buffers given to async calls are kept alive by the handle until ``wait()`` returns, so a
+  temporary tensor cannot be freed while the kernel still writes from it.
+
+The GIL is released while I/O runs, and a handle may be used from several threads at once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from . import _core
+from ._buffers import is_torch_tensor, resolve
+from ._keepalive import KeepAlive
+
+FileTarget = Union[str, "os.PathLike[str]", int]
+
+_UINT_MAX = (1 << 32) - 1
+
+
+@dataclass(frozen=True)
+class IoStats:
+    """Counters of one handle's engine since it was created."""
+
+    requests: int
+    bytes_written: int
+    bytes_read: int
+    direct_bytes: int
+    buffered_bytes: int
+    bounce_bytes: int
+    short_transfers: int
+    direct_fallbacks: int
+    last_fallback_reason: str
+
+
+def _check_uint(name: str, value: Any, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}")
+    if value < 0 or value > maximum:
+        raise ValueError(f"fastpersist: {name} must be in [0, {maximum}], got {value}")
+    return value
+
+
+def _check_offset(file_offset: Any) -> int:
+    return _check_uint("file_offset", file_offset, (1 << 63) - 1)
+
+
+def _target(filename: Any, fd: Optional[int]) -> Union[str, int]:
+    """A path (str) or a caller's file descriptor (int)."""
+    if fd is not None:
+        if filename is not None:
+            raise TypeError("fastpersist: pass either filename or fd, not both")
+        filename = fd
+    if filename is None:
+        raise TypeError("fastpersist: a filename (or fd=) is required")
+    if isinstance(filename, bool):
+        raise TypeError("fastpersist: filename must be a path or an int file descriptor")
+    if isinstance(filename, int):
+        if filename < 0:
+            raise ValueError(f"fastpersist: invalid file descriptor {filename}")
+        return filename
+    path = os.fspath(filename)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    return path
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("fastpersist: this method needs torch (pip install torch)") from e
+    return torch
+
+
+class AioHandle:
+    """An async I/O handle with DeepNVMe's knobs.
+
+    Args:
+        block_size: bytes per I/O request submitted to the kernel.
+        queue_depth: requests in flight per worker.
+        single_submit: one submit syscall per request instead of one per batch.
+        overlap_events: keep the queue topped up instead of lock-step batches.
+        intra_op_parallelism: worker threads; each moves one contiguous slice of every request.
+        backend: "auto" (io_uring > libaio > threads), "io_uring", "libaio" or "threads";
+            None means FASTPERSIST_BACKEND from the environment, else "auto".
+        direct_io, direct_io_min_bytes: O_DIRECT for transfers of at least that many bytes;
+            None means the environment's FASTPERSIST_DIRECT_IO* or the built-in default.
+    """
+
+    def __init__(
+        self,
+        block_size: int = 1 << 20,
+        queue_depth: int = 128,
+        single_submit: bool = False,
+        overlap_events: bool = False,
+        intra_op_parallelism: int = 1,
+        backend: Optional[str] = None,
+        direct_io: Optional[bool] = None,
+        direct_io_min_bytes: Optional[int] = None,
+    ) -> None:
+        # Environment first (so FASTPERSIST_* tunes what the caller left open), then the
+        # caller's explicit arguments, which always win.
+        options = _core.engine_options_from_env(_core.EngineOptions())
+        options.block_size = _check_uint("block_size", block_size, (1 << 64) - 1)
+        options.queue_depth = _check_uint("queue_depth", queue_depth, _UINT_MAX)
+        options.single_submit = bool(single_submit)
+        options.overlap_events = bool(overlap_events)
+        options.intra_op_parallelism = _check_uint(
+            "intra_op_parallelism", intra_op_parallelism, _UINT_MAX
+        )
+        if backend is not None:
+            options.backend = str(backend)
+        if direct_io is not None:
+            options.direct_io = bool(direct_io)
+        if direct_io_min_bytes is not None:
+            options.direct_io_min_bytes = _check_uint(
+                "direct_io_min_bytes", direct_io_min_bytes, (1 << 64) - 1
+            )
+        options.validate()
+        self._h = _core.AioHandle.create(options)
+        # Objects of async requests, kept alive until their I/O finished (_keepalive.py).
+        self._keepalive = KeepAlive()
+
+    # ---------------------------------------------------------------- knobs (DeepNVMe getters)
+    def get_block_size(self) -> int:
+        return self._h.get_block_size()
+
+    def get_queue_depth(self) -> int:
+        return self._h.get_queue_depth()
+
+    def get_single_submit(self) -> bool:
+        return self._h.get_single_submit()
+
+    def get_overlap_events(self) -> bool:
+        return self._h.get_overlap_events()
+
+    def get_intra_op_parallelism(self) -> int:
+        return self._h.get_intra_op_parallelism()
+
+    def get_alignment(self) -> int:
+        """Buffer sizes that are multiples of this split into equal, block-aligned slices."""
+        return self._h.get_alignment()
+
+    @property
+    def backend(self) -> str:
+        """The backend in use ("io_uring", "libaio" or "threads")."""
+        return self._h.backend
+
+    @property
+    def backend_reason(self) -> str:
+        """Why this backend was picked."""
+        return self._h.backend_reason
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def stats(self) -> IoStats:
+        s = self._h.stats()
+        return IoStats(**{f: getattr(s, f) for f in IoStats.__dataclass_fields__})
+
+    # ---------------------------------------------------------------- transfers
+    def sync_pwrite(
+        self,
+        buffer: Any,
+        filename: Optional[FileTarget] = None,
+        file_offset: int = 0,
+        *,
+        fd: Optional[int] = None,
+    ) -> int:
+        """Writes `buffer` to the file at `file_offset`; returns the completed request count."""
+        return self._sync(True, buffer, _target(filename, fd), file_offset, validate=False)
+
+    def sync_pread(
+        self,
+        buffer: Any,
+        filename: Optional[FileTarget] = None,
+        file_offset: int = 0,
+        *,
+        fd: Optional[int] = None,
+    ) -> int:
+        """Fills `buffer` from the file at `file_offset`; returns the completed request count."""
+        return self._sync(False, buffer, _target(filename, fd), file_offset, validate=False)
+
+    def async_pwrite(
+        self,
+        buffer: Any,
+        filename: Optional[FileTarget] = None,
+        file_offset: int = 0,
+        *,
+        fd: Optional[int] = None,
+    ) -> int:
+        """Starts writing `buffer`; returns 0. Collect it with wait()."""
+        return self._async(True, buffer, _target(filename, fd), file_offset, validate=False)
+
+    def async_pread(
+        self,
+        buffer: Any,
+        filename: Optional[FileTarget] = None,
+        file_offset: int = 0,
+        *,
+        fd: Optional[int] = None,
+    ) -> int:
+        """Starts filling `buffer`; returns 0. Collect it with wait()."""
+        return self._async(False, buffer, _target(filename, fd), file_offset, validate=False)
+
+    def pwrite(
+        self,
+        buffer: Any,
+        filename: FileTarget,
+        validate: bool = False,
+        async_op: bool = False,
+        file_offset: int = 0,
+        **kwargs: Any,
+    ) -> int:
+        """DeepNVMe's pwrite(buffer, filename, validate, async, file_offset=0).
+
+        The 4th argument is named `async` in DeepNVMe (a Python keyword): pass it positionally,
+        as ``async_op=``, or as ``**{"async": True}``. With validate, the written range is read
+        back and compared at completion; a mismatch raises OSError (EIO).
+        """
+        async_op = _async_flag(async_op, kwargs)
+        return self._transfer(
+            True, buffer, _target(filename, None), file_offset, validate, async_op
+        )
+
+    def pread(
+        self,
+        buffer: Any,
+        filename: FileTarget,
+        validate: bool = False,
+        async_op: bool = False,
+        file_offset: int = 0,
+        **kwargs: Any,
+    ) -> int:
+        """DeepNVMe's pread(buffer, filename, validate, async, file_offset=0); see pwrite."""
+        async_op = _async_flag(async_op, kwargs)
+        return self._transfer(
+            False, buffer, _target(filename, None), file_offset, validate, async_op
+        )
+
+    def wait(self) -> int:
+        """Blocks until every request submitted so far finished; returns how many did.
+
+        If any failed, raises the first error (after all of them finished).
+        """
+        with self._keepalive.drain(collects_pending=True):
+            return self._h.wait()
+
+    # ---------------------------------------------------------------- pinned memory
+    def new_cpu_locked_buffer(self, nbytes: int) -> "_core.PinnedBuffer":
+        """Pinned, page-aligned host memory of `nbytes` bytes (a buffer-protocol object)."""
+        return self._h.new_cpu_locked_buffer(_check_uint("nbytes", nbytes, (1 << 63) - 1))
+
+    def free_cpu_locked_buffer(self, buffer: Any) -> bool:
+        """Stops tracking a buffer from new_cpu_locked_buffer (memory goes with its last user)."""
+        return self._h.free_cpu_locked_buffer(resolve(buffer, writable=False).address)
+
+    def new_cpu_locked_tensor(
+        self, num_elem: int, example_tensor: Any = None, **kwargs: Any
+    ) -> Any:
+        """A 1-D CPU tensor of `num_elem` elements of example_tensor's dtype, in pinned memory.
+
+        Only the dtype of `example_tensor` is used (a torch.dtype is accepted too). The tensor
+        keeps its memory alive; free_cpu_locked_tensor() makes the handle forget it.
+        """
+        torch = _torch()
+        if example_tensor is None:
+            example_tensor = kwargs.pop("example_tenosr", None)  # DeepNVMe's spelling
+        if kwargs:
+            raise TypeError(f"fastpersist: unexpected keyword arguments {sorted(kwargs)}")
+        if example_tensor is None:
+            raise TypeError(
+                "fastpersist: new_cpu_locked_tensor needs an example tensor (or a dtype)"
+            )
+        dtype = example_tensor if isinstance(example_tensor, torch.dtype) else example_tensor.dtype
+        num_elem = _check_uint("num_elem", int(num_elem), (1 << 62) - 1)
+        element_size = torch.empty((), dtype=dtype).element_size()
+        nbytes = num_elem * element_size
+        if nbytes == 0:
+            return torch.empty(0, dtype=dtype)
+        pinned = self.new_cpu_locked_buffer(nbytes)
+        # frombuffer keeps `pinned` (which owns the memory) referenced by the tensor's storage.
+        return torch.frombuffer(pinned, dtype=torch.uint8, count=nbytes).view(dtype)
+
+    def free_cpu_locked_tensor(self, tensor: Any) -> bool:
+        """Makes the handle forget a tensor from new_cpu_locked_tensor; False if unknown."""
+        return self.free_cpu_locked_buffer(tensor)
+
+    def new_cpu_locked_array(
+        self, shape: Union[int, "tuple[int, ...]"], dtype: Any = "uint8"
+    ) -> Any:
+        """numpy twin of new_cpu_locked_tensor: a writable array in pinned memory."""
+        import numpy
+
+        dtype = numpy.dtype(dtype)
+        shape_tuple = (shape,) if isinstance(shape, int) else tuple(shape)
+        count = 1
+        for dim in shape_tuple:
+            count *= _check_uint("shape", int(dim), (1 << 62) - 1)
+        nbytes = count * dtype.itemsize
+        if nbytes == 0:
+            return numpy.empty(shape_tuple, dtype=dtype)
+        pinned = self.new_cpu_locked_buffer(nbytes)
+        return (
+            numpy.frombuffer(pinned, dtype=numpy.uint8, count=nbytes)
+            .view(dtype)
+            .reshape(shape_tuple)
+        )
+
+    def is_pinned(self, tensor: Any) -> bool:
+        """True for memory inside this handle's locked buffers, or a torch-pinned tensor."""
+        r = resolve(tensor, writable=False)
+        if r.nbytes and self._h.is_pinned(r.address, r.nbytes):
+            return True
+        if is_torch_tensor(tensor):
+            try:
+                return bool(tensor.is_pinned())
+            except RuntimeError:  # CPU-only torch builds may refuse to answer
+                return False
+        return False
+
+    # ---------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Waits for outstanding requests (raising their first error) and frees the handle."""
+        if self._h.closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._h.close()
+            self._keepalive.release_all()
+
+    def __enter__(self) -> "AioHandle":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # already failing: finish the I/O, but don't mask the original error
+            self.close()
+        except Exception:
+            pass
+
+    def __del__(self) -> None:
+        h = getattr(self, "_h", None)
+        if h is not None and not h.closed:
+            h.close()  # waits for requests in flight before their buffers may go away
+        keepalive = getattr(self, "_keepalive", None)
+        if keepalive is not None:
+            keepalive.release_all()
+
+    def __repr__(self) -> str:
+        if self._h.closed:
+            return "<fastpersist.AioHandle closed>"
+        return (
+            f"<fastpersist.AioHandle backend={self.backend} block_size={self.get_block_size()} "
+            f"queue_depth={self.get_queue_depth()} "
+            f"intra_op_parallelism={self.get_intra_op_parallelism()}>"
+        )
+
+    # ---------------------------------------------------------------- internals
+    def _transfer(
+        self,
+        is_write: bool,
+        buffer: Any,
+        target: Union[str, int],
+        file_offset: int,
+        validate: bool,
+        async_op: bool,
+    ) -> int:
+        if async_op:
+            return self._async(is_write, buffer, target, file_offset, bool(validate))
+        return self._sync(is_write, buffer, target, file_offset, bool(validate))
+
+    def _async(
+        self, is_write: bool, buffer: Any, target: Union[str, int], file_offset: int, validate: bool
+    ) -> int:
+        r = resolve(buffer, writable=not is_write)
+        offset = _check_offset(file_offset)
+        h = self._h
+        if isinstance(target, int):
+            if validate:
+                raise ValueError("fastpersist: validate needs a file name, not a file descriptor")
+            fn = h.async_pwrite_fd if is_write else h.async_pread_fd
+            result = fn(r.address, r.nbytes, target, offset)
+        elif validate:
+            fn = h.pwrite if is_write else h.pread
+            result = fn(r.address, r.nbytes, target, True, True, offset)
+        else:
+            fn = h.async_pwrite if is_write else h.async_pread
+            result = fn(r.address, r.nbytes, target, offset)
+        self._keepalive.submitted(r.keepalive)
+        return result
+
+    def _sync(
+        self, is_write: bool, buffer: Any, target: Union[str, int], file_offset: int, validate: bool
+    ) -> int:
+        r = resolve(buffer, writable=not is_write)
+        offset = _check_offset(file_offset)
+        h = self._h
+        if isinstance(target, int):
+            if validate:
+                raise ValueError("fastpersist: validate needs a file name, not a file descriptor")
+            # No sync call on a descriptor in the C++ API: submit, then drain like wait().
+            self._async(is_write, buffer, target, offset, False)
+            return self.wait()
+        # A sync call drains the handle like wait(), so it counts as a drain (_keepalive.py).
+        with self._keepalive.drain(collects_pending=False):
+            if validate:
+                fn = h.pwrite if is_write else h.pread
+                return fn(r.address, r.nbytes, target, True, False, offset)
+            fn = h.sync_pwrite if is_write else h.sync_pread
+            return fn(r.address, r.nbytes, target, offset)
+
+
+def _async_flag(async_op: bool, kwargs: dict) -> bool:
+    if "async" in kwargs:
+        value = kwargs.pop("async")
+        if async_op:
+            raise TypeError("fastpersist: pass either async or async_op, not both")
+        async_op = value
+    if kwargs:
+        raise TypeError(f"fastpersist: unexpected keyword arguments {sorted(kwargs)}")
+    return bool(async_op)
+
+
+# DeepNVMe's spelling.
+aio_handle = AioHandle

@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``fastpersist.save`` / ``fastpersist.load``: ``torch.save`` / ``torch.load`` at storage speed.
+
+``save`` runs the stock ``torch.save`` into a :class:`~fastpersist.FastFileWriter` (no patched
+torch). Where the installed torch supports it, storages are aligned to 4096 bytes in the file
+(so their bytes can go straight to O_DIRECT) and the CRC32 pass is skipped (``torch.load`` never
+checks it). The result is an ordinary checkpoint that plain ``torch.load`` reads.
+
+``load`` reads the whole file with parallel O_DIRECT requests into one aligned buffer and lets
+torch's own unpickler build the objects with every tensor's storage a view of that buffer: the
+bytes are read once and never copied again. Files in the legacy (non-zip) format, or a torch
+without the internal entry point, are loaded from the same buffer with one copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+from typing import Any, Callable, Dict, Iterator, Optional, Union
+
+from . import _core
+from .writer import FastFileWriter, PathLike, engine_options
+
+MapLocation = Union[None, str, Any, Dict[str, str], Callable[..., Any]]
+
+_STORAGE_ALIGNMENT = 4096
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _torch() -> Any:
+    import torch  # deferred: fastpersist works without torch for AioHandle users
+
+    return torch
+
+
+@contextlib.contextmanager
+def _fast_save_settings(align: bool, crc32: bool) -> Iterator[None]:
+    """Temporarily sets torch's serialization config (global state: restored on exit)."""
+    torch = _torch()
+    try:
+        from torch.utils.serialization import config  # torch >= 2.7
+    except ImportError:
+        config = None
+    saved: Dict[str, Any] = {}
+    try:
+        if config is not None:
+            if align and hasattr(config.save, "storage_alignment"):
+                saved["storage_alignment"] = config.save.storage_alignment
+                config.save.storage_alignment = _STORAGE_ALIGNMENT
+            if hasattr(config.save, "compute_crc32"):
+                saved["compute_crc32"] = config.save.compute_crc32
+                config.save.compute_crc32 = crc32
+        elif hasattr(torch.serialization, "set_crc32_options"):  # torch 2.6
+            saved["crc32_fn"] = torch.serialization.get_crc32_options()
+            torch.serialization.set_crc32_options(crc32)
+        yield
+    finally:
+        if config is not None:
+            for key, value in saved.items():
+                setattr(config.save, key, value)
+        elif "crc32_fn" in saved:
+            torch.serialization.set_crc32_options(saved["crc32_fn"])
+
+
+def save(
+    obj: Any,
+    path: PathLike,
+    *,
+    align_storages: bool = True,
+    compute_crc32: bool = False,
+    use_legacy_format: bool = False,
+    pickle_protocol: int = 2,
+    **writer_options: Any,
+) -> Dict[str, Any]:
+    """Saves ``obj`` like ``torch.save(obj, path)``, durably and at storage speed.
+
+    The file appears at ``path`` only once it is complete and synced; an exception inside
+    ``torch.save`` or an I/O error leaves the previous file (if any) untouched.
+
+    Args:
+        align_storages: 4096-byte storage alignment in the file (torch >= 2.7).
+        compute_crc32: keep torch's CRC32 pass (off by default: torch.load never checks it).
+        use_legacy_format: ``_use_new_zipfile_serialization=False``.
+        writer_options: passed to :class:`FastFileWriter` (io_buffer_mb, single_io_buffer,
+            durable, backend, block_size, queue_depth, intra_op_parallelism, ...).
+
+    Returns:
+        The writer's statistics (bytes, seconds, zero-copy bytes, ...).
+    """
+    torch = _torch()
+    with _fast_save_settings(align_storages and not use_legacy_format, compute_crc32):
+        with FastFileWriter(path, **writer_options) as f:
+            torch.save(obj, f, pickle_protocol=pickle_protocol,
+                       _use_new_zipfile_serialization=not use_legacy_format)
+    return f.stats()
+
+
+class _MemoryFile:
+    """A read-only, seekable file over a memoryview (what torch's zip reader needs)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self._view = view
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
+        out = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return out
+
+    def readinto(self, b: Any) -> int:
+        dst = memoryview(b).cast("B")
+        n = min(len(dst), len(self._view) - self._pos)
+        dst[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def readline(self, limit: int = -1) -> bytes:
+        end = len(self._view) if limit is None or limit < 0 else min(len(self._view), self._pos + limit)
+        chunk = self._view[self._pos:end].tobytes()
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            chunk = chunk[:newline + 1]
+        self._pos += len(chunk)
+        return chunk
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+
+def read_file(path: PathLike, **engine_kwargs: Any) -> Any:
+    """The whole file in one page-aligned buffer (buffer protocol), read with parallel O_DIRECT."""
+    opts = engine_options(**engine_kwargs)
+    return _core.read_file(os.fsdecode(os.fspath(path)), opts)
+
+
+def load(
+    path: PathLike,
+    map_location: MapLocation = None,
+    *,
+    weights_only: bool = True,
+    backend: Optional[str] = None,
+    block_size: Optional[int] = None,
+    queue_depth: Optional[int] = None,
+    intra_op_parallelism: Optional[int] = None,
+    **pickle_load_args: Any,
+) -> Any:
+    """Loads a ``torch.save`` file like ``torch.load(path, map_location, weights_only=...)``.
+
+    The file is read once with the engine; tensors of a zip-format checkpoint are views of that
+    read buffer (no second copy) unless ``map_location`` moves them elsewhere.
+    """
+    torch = _torch()
+    buf = read_file(path, backend=backend, block_size=block_size, queue_depth=queue_depth,
+                    intra_op_parallelism=intra_op_parallelism)
+    view = memoryview(buf)
+    if len(view) == 0:
+        raise EOFError(f"fastpersist: {os.fspath(path)!r} is empty, not a checkpoint")
+    if view[:4].tobytes() != _ZIP_MAGIC or not _can_load_zero_copy(torch):
+        return torch.load(_MemoryFile(view), map_location=map_location, weights_only=weights_only,
+                          **pickle_load_args)
+    from torch.serialization import _load
+
+    pickle_load_args.setdefault("encoding", "utf-8")
+    # Every storage becomes a slice of this storage, which keeps `buf` alive through the tensors.
+    overall = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
+    zip_file = torch._C.PyTorchFileReader(_MemoryFile(view))
+    if weights_only:
+        from torch import _weights_only_unpickler
+
+        try:
+            return _load(zip_file, map_location, _weights_only_unpickler, overall_storage=overall,
+                         **pickle_load_args)
+        except pickle.UnpicklingError as e:
+            raise pickle.UnpicklingError(
+                f"fastpersist.load with weights_only=True refused {os.fspath(path)!r}: {e}. "
+                "Load only files you trust with weights_only=False.") from None
+    return _load(zip_file, map_location, pickle, overall_storage=overall, **pickle_load_args)
+
+
+def _can_load_zero_copy(torch: Any) -> bool:
+    import inspect
+
+    try:
+        from torch.serialization import _load
+    except ImportError:
+        return False
+    return "overall_storage" in inspect.signature(_load).parameters and hasattr(
+        torch._C, "PyTorchFileReader")
