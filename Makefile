@@ -7,7 +7,7 @@
 #   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
-#   make demo      `fastpersist report` and `fastpersist io-bench` on $(BENCH_DIR)
+#   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
 #   make clean     remove build/ (keeps .venv)
 
 SHELL := /bin/bash
@@ -93,11 +93,16 @@ test-cpp: build
 test-python: python build
 	FASTPERSIST_CLI=$(CURDIR)/$(CLI) $(VENV)/bin/pytest tests/python $(PYTEST_ARGS)
 
+# The main job: the environment report, DeepSpeedExamples' deepnvme/model_checkpoint benchmark
+# for a Hugging Face model built from its config (one `<tag> -- GB, secs, GB/s` line per save
+# mechanism; deepspeed is optional, its line says why it is skipped), then a save / load round
+# trip that checks the model's outputs. bench/checkpoint_vs_fio.py checks the targets.
+DEMO_MODEL ?= gpt2-large
 demo: build python
 	@mkdir -p $(BENCH_DIR)
 	$(CLI) report --folder $(BENCH_DIR)
-	$(CLI) io-bench --folder $(BENCH_DIR) --size $(DEMO_SIZE) --write --keep
-	$(CLI) io-bench --folder $(BENCH_DIR) --size $(DEMO_SIZE) --read
+	$(VENV_PY) -m fastpersist.bench model --model $(DEMO_MODEL) --folder $(BENCH_DIR)
+	$(VENV_PY) -m fastpersist.bench roundtrip --model $(DEMO_MODEL) --folder $(BENCH_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

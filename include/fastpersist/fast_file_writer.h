@@ -9,9 +9,11 @@
 //
 // Commit protocol (the target path never holds a partial file):
 //   1. open() creates a temporary file next to the target (same directory, same filesystem);
-//   2. write() fills and drains the staging halves at their true offsets;
-//   3. close() writes the last partial block, waits for every request, checks the size,
-//      fdatasyncs, renames the temporary onto the target and fsyncs the directory;
+//   2. write() fills and drains the staging halves at their true offsets; the temporary grows
+//      by fallocate() in large steps ahead of the writes (see preallocate_max_bytes);
+//   3. close() writes the last partial block, waits for every request, truncates the file to
+//      the stream size and checks it, fdatasyncs, renames the temporary onto the target and
+//      fsyncs the directory;
 //   4. abort(), a failed close(), or destruction without close() delete the temporary.
 // A background write error is sticky: it surfaces at the next write() or at close().
 //
@@ -45,6 +47,12 @@ struct FastFileWriterOptions {
   unsigned num_writers = 1;
   unsigned writer_rank = 0;
   size_t stripe_bytes = size_t{32} << 20;     // multiple of 4096
+  // Grow the file with fallocate() ahead of the writes, in steps that double up to
+  // `preallocate_max_bytes` (at least 256 MiB), and truncate it to the stream size at close.
+  // Without it every drain extends the file, and on ext4/xfs the fallocate (or the
+  // size-extending O_DIRECT write) first waits for all direct I/O in flight, so the two staging
+  // halves never overlap on the device. 0 disables it.
+  size_t preallocate_max_bytes = size_t{1} << 30;
 };
 
 struct FastFileWriterStats {
@@ -101,6 +109,7 @@ class FastFileWriter {
   Status wait_all();
   Status fail(Status st);
   Status finish_single();
+  Status ensure_allocated(uint64_t end);
 
   std::string path_;
   std::string temp_path_;
@@ -115,6 +124,8 @@ class FastFileWriter {
   uint64_t cur_start_ = 0;   // file offset of its first byte
   size_t fill_ = 0;          // bytes in it
   size_t half_bytes_ = 0;
+  uint64_t allocated_end_ = 0;  // the file is at least this long (preallocated); 0: not yet
+  bool preallocate_ = true;     // cleared when fallocate fails (the engine then allocates)
 };
 
 }  // namespace fastpersist

@@ -87,7 +87,8 @@ void bind_writer(nb::module_& m) {
       .def_rw("durable", &FastFileWriterOptions::durable)
       .def_rw("num_writers", &FastFileWriterOptions::num_writers)
       .def_rw("writer_rank", &FastFileWriterOptions::writer_rank)
-      .def_rw("stripe_bytes", &FastFileWriterOptions::stripe_bytes);
+      .def_rw("stripe_bytes", &FastFileWriterOptions::stripe_bytes)
+      .def_rw("preallocate_max_bytes", &FastFileWriterOptions::preallocate_max_bytes);
 
   nb::class_<PyFastFileWriter>(m, "FastFileWriter")
       .def(nb::init<const std::string&, const EngineOptions&, const FastFileWriterOptions&>(),

@@ -168,7 +168,12 @@ def load(
     view = memoryview(buf)
     if len(view) == 0:
         raise EOFError(f"fastpersist: {os.fspath(path)!r} is empty, not a checkpoint")
-    if view[:4].tobytes() != _ZIP_MAGIC or not _can_load_zero_copy(torch):
+    is_zip = view[:4].tobytes() == _ZIP_MAGIC
+    if not is_zip and not _starts_with_legacy_magic(view, torch):
+        raise pickle.UnpicklingError(
+            f"fastpersist: {os.fspath(path)!r} is not a torch checkpoint: it is neither a zip "
+            "archive nor a legacy torch.save file")
+    if not is_zip or not _can_load_zero_copy(torch):
         return torch.load(_MemoryFile(view), map_location=map_location, weights_only=weights_only,
                           **pickle_load_args)
     from torch.serialization import _load
@@ -188,6 +193,23 @@ def load(
                 f"fastpersist.load with weights_only=True refused {os.fspath(path)!r}: {e}. "
                 "Load only files you trust with weights_only=False.") from None
     return _load(zip_file, map_location, pickle, overall_storage=overall, **pickle_load_args)
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    """Reads plain values only: without globals no pickle can run code, so any file is safe."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError("globals are not allowed here")
+
+
+def _starts_with_legacy_magic(view: memoryview, torch: Any) -> bool:
+    """A legacy torch.save file starts with a pickle of torch's magic number (any protocol).
+    Checked first so that other files fail with a clear error, not torch's IndexError."""
+    try:
+        magic = _NoGlobalsUnpickler(_MemoryFile(view[:64])).load()
+    except Exception:  # noqa: BLE001 - any failure means "not that pickle"
+        return False
+    return isinstance(magic, int) and magic == torch.serialization.MAGIC_NUMBER
 
 
 def _can_load_zero_copy(torch: Any) -> bool:

@@ -103,12 +103,18 @@ class FastFileWriter:
         eng = engine_options(backend, block_size, queue_depth, intra_op_parallelism, single_submit,
                              overlap_events)
         self._show_statistics = show_statistics
+        self._io_error: Optional[OSError] = None
         self._w = _core.FastFileWriter(self._path, eng, opts)
 
     # -- the file-object surface torch.save uses
     def write(self, data: Any) -> int:
         """Appends a bytes-like object; returns its length (always all of it)."""
-        return self._w.write(data)
+        try:
+            return self._w.write(data)
+        except OSError as e:
+            if self._io_error is None:
+                self._io_error = e
+            raise
 
     def flush(self) -> None:
         """Nothing to do: data is committed by close(). torch.save calls this at the end."""
@@ -162,12 +168,32 @@ class FastFileWriter:
                  tb: Optional[TracebackType]) -> None:
         if exc_type is None:
             self.close()
-        else:
-            self.abort()
+            return
+        self.abort()
+        root = self._io_error
+        if root is not None and exc is not root and _raised_while_handling(exc, root):
+            # torch.save's zip writer finishes the archive even after write() failed, and the
+            # RuntimeError ("unexpected pos") it then raises would hide the I/O error (ENOSPC,
+            # EIO) that caused it. Raise the cause; torch's error stays in its context.
+            raise root
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<fastpersist.FastFileWriter {self._path!r} {state}, {self.bytes_written} bytes>"
+
+
+def _raised_while_handling(exc: Optional[BaseException], cause: BaseException) -> bool:
+    """True if `exc` was raised implicitly while `cause` was being handled (its __context__
+    chain, not an explicit ``raise ... from``, leads to `cause`)."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if exc.__cause__ is not None or exc.__suppress_context__:
+            return False
+        exc = exc.__context__
+        if exc is cause:
+            return True
+        seen += 1
+    return False
 
 
 class MockFileWriter:

@@ -52,6 +52,24 @@ void warn_unlocked_once(size_t bytes, int err) {
                bytes, std::strerror(err), limit.c_str());
 }
 
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kMaxHugeBytes = size_t{256} << 20;
+
+// An anonymous mapping of `bytes` (a multiple of the page size) that starts on a 2 MiB boundary,
+// so that transparent huge pages can back all of it: a larger mapping, trimmed at both ends.
+void* map_huge_aligned(size_t bytes) {
+  size_t len = bytes + kHugePageBytes;
+  void* raw = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return raw;
+  auto begin = reinterpret_cast<uintptr_t>(raw);
+  uintptr_t start = align_up(begin, kHugePageBytes);
+  size_t head = start - begin;
+  size_t tail = len - head - bytes;
+  if (head > 0) ::munmap(raw, head);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(start + bytes), tail);
+  return reinterpret_cast<void*>(start);
+}
+
 }  // namespace
 
 Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory) {
@@ -59,11 +77,25 @@ Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory) {
   b.size_ = bytes;
   b.capacity_ = align_up(std::max<size_t>(bytes, 1), page_size());
   // Anonymous mappings are page-aligned and already zero: no memset pass over gigabytes.
-  void* p = ::mmap(nullptr, b.capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  //
+  // Locked (staging) buffers from 2 to 256 MiB also ask for transparent huge pages. The device
+  // sees the buffer's physical pages: an I/O request carries a bounded number of memory
+  // segments (254 on a virtio disk), so over scattered 4 KiB pages a 1 MiB write is cut into
+  // two requests (1016 KiB + 8 KiB) and nothing merges, while over 2 MiB pages the block layer
+  // merges consecutive writes into requests of max_sectors_kb (4 MiB). Measured on the
+  // benchmark VM: a gpt2-large save went from 1.2-1.4 to 1.7-2.3 GB/s, requests from 511 KiB
+  // to 4 MiB (docs/benchmarks.md). Staging buffers are allocated once and pooled, so the
+  // one-time cost of finding huge pages (12 ms for 64 MiB) does not recur. Larger buffers and
+  // one-shot ones (whole-file reads) stay on ordinary pages: compacting gigabytes into huge
+  // pages took 4x longer than the 4 KiB allocation and, for reads, more than it saved.
+  const bool huge = lock_memory && b.capacity_ >= kHugePageBytes && b.capacity_ <= kMaxHugeBytes;
+  void* p = huge ? map_huge_aligned(b.capacity_)
+                 : ::mmap(nullptr, b.capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     return Status::from_errno(errno, "cannot map " + std::to_string(b.capacity_) + " bytes of memory");
   }
   b.data_ = static_cast<std::byte*>(p);
+  if (huge) (void)::madvise(p, b.capacity_, MADV_HUGEPAGE);  // advice only: fine if refused
   if (!lock_memory) return b;
   raise_memlock_soft_limit_once();
   if (::mlock(p, b.capacity_) == 0) {

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +26,8 @@ namespace {
 // Staging halves, stripes and zero-copy runs are cut at this granularity, which every O_DIRECT
 // alignment we meet divides (logical blocks of 512 or 4096 bytes, 4 KiB pages).
 constexpr uint64_t kStreamAlignment = 4096;
+// The first preallocation step; later ones double, up to FastFileWriterOptions::preallocate_max_bytes.
+constexpr uint64_t kMinPreallocateStep = uint64_t{256} << 20;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -93,6 +97,7 @@ Result<std::unique_ptr<FastFileWriter>> FastFileWriter::open(const std::string& 
   } else {
     FP_ASSIGN_OR_RETURN(impl.fd, stream::create_temp_beside(path, &w->temp_path_));
   }
+  w->preallocate_ = options.preallocate_max_bytes > 0;
   Result<FileIoMode> mode = probe_file_io(w->temp_path_);
   impl.memory_alignment = mode.is_ok() && mode->direct ? mode->memory_alignment : 1;
   return w;
@@ -113,6 +118,8 @@ uint64_t FastFileWriter::own_range_end(uint64_t offset, uint64_t limit) const {
 }
 
 Status FastFileWriter::fail(Status st) {
+  // The engine names the descriptor it was given ("fd 7"); the caller knows the file by its path.
+  if (st.path().empty() || st.path().rfind("fd ", 0) == 0) st.with_path(path_);
   if (error_.is_ok()) error_ = st;
   return st;
 }
@@ -148,6 +155,7 @@ Status FastFileWriter::write_own(const std::byte* p, size_t n) {
       uint64_t run = align_down(run_end - pos_, kStreamAlignment);
       if (options_.zero_copy && run >= options_.zero_copy_min_bytes &&
           is_aligned(pos_, kStreamAlignment) && is_aligned(p, impl_->memory_alignment)) {
+        FP_RETURN_IF_ERROR(ensure_allocated(pos_ + run));
         // The caller's memory is only ours until we return: finish this request before that.
         IoRequest r{IoKind::kWrite, const_cast<std::byte*>(p), run, "", impl_->fd.get(), pos_};
         auto t = Clock::now();
@@ -197,6 +205,7 @@ Status FastFileWriter::wait_all() {
 // Submits the half being filled and moves to the other one, waiting for it if still in flight.
 Status FastFileWriter::drain() {
   if (fill_ == 0) return Status::ok();
+  FP_RETURN_IF_ERROR(ensure_allocated(cur_start_ + fill_));
   IoRequest r{IoKind::kWrite, impl_->staging->data() + static_cast<size_t>(cur_) * half_bytes_, fill_,
               "", impl_->fd.get(), cur_start_};
   Result<IoTicket> t = impl_->engine->start(r);
@@ -208,6 +217,34 @@ Status FastFileWriter::drain() {
   if (options_.single_io_buffer) return wait_half(cur_);
   cur_ ^= 1;
   return wait_half(cur_);
+}
+
+// Makes the file at least `end` bytes long with one fallocate() that reaches well beyond it.
+// fallocate (like a size-extending O_DIRECT write) waits for every direct I/O in flight on the
+// inode, so doing it once per large step instead of once per drain keeps both staging halves
+// (and the zero-copy writes) streaming to the device. close() truncates the file to the stream
+// size. Any failure (ENOSPC near a full disk, EOPNOTSUPP) only stops the preallocation: the
+// engine then allocates request by request and reports a real ENOSPC itself.
+Status FastFileWriter::ensure_allocated(uint64_t end) {
+  if (!preallocate_ || end <= allocated_end_) return Status::ok();
+  uint64_t step = std::clamp<uint64_t>(allocated_end_, kMinPreallocateStep,
+                                       std::max<uint64_t>(options_.preallocate_max_bytes, kMinPreallocateStep));
+  uint64_t new_end = align_up(std::max(end, allocated_end_ + step), kStreamAlignment);
+  if (::fallocate(impl_->fd.get(), 0, static_cast<off_t>(allocated_end_),
+                  static_cast<off_t>(new_end - allocated_end_)) != 0) {
+    preallocate_ = false;
+    // A fallocate that fails with ENOSPC may still have allocated (and sized the file for) part
+    // of the range on ext4; cut that off again, or close() finds the file longer than the stream.
+    // Every write so far lies below allocated_end_. Parallel writers share the file, and their
+    // commit truncates it to the stream size anyway.
+    if (options_.num_writers == 1 &&
+        ::ftruncate(impl_->fd.get(), static_cast<off_t>(allocated_end_)) != 0) {
+      return fail(Status::from_errno(errno, "cannot undo a partial preallocation").with_path(temp_path_));
+    }
+    return Status::ok();
+  }
+  allocated_end_ = new_end;
+  return Status::ok();
 }
 
 Status FastFileWriter::close() {
@@ -227,7 +264,7 @@ Status FastFileWriter::close() {
     st = options_.num_writers > 1
              ? stream::finish_parallel(impl_->fd, temp_path_, path_, impl_->digest->value(), pos_,
                                        options_.writer_rank, options_.num_writers,
-                                       options_.durable, &committed_)
+                                       options_.stripe_bytes, options_.durable, &committed_)
              : finish_single();
   }
   stats_.write_seconds += seconds_since(t0);
@@ -241,6 +278,9 @@ Status FastFileWriter::close() {
 
 Status FastFileWriter::finish_single() {
   int fd = impl_->fd.get();
+  if (allocated_end_ > pos_ && ::ftruncate(fd, static_cast<off_t>(pos_)) != 0) {
+    return Status::from_errno(errno, "cannot truncate the preallocated file").with_path(temp_path_);
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(temp_path_);
   if (static_cast<uint64_t>(st.st_size) != pos_) {

@@ -48,13 +48,21 @@ struct DoneRecord {
   uint64_t total = 0;
   uint64_t digest = 0;
   uint64_t inode = 0;
+  unsigned writers = 0;
+  uint64_t stripe = 0;
+
+  // Same attempt: same bytes, same file, same partition of the stream into stripes.
+  bool same_attempt(const DoneRecord& o) const {
+    return total == o.total && digest == o.digest && inode == o.inode && writers == o.writers &&
+           stripe == o.stripe;
+  }
 };
 
 std::vector<DoneRecord> read_records(const std::string& path) {
   std::vector<DoneRecord> out;
   std::ifstream in(path);
   DoneRecord r;
-  while (in >> r.rank >> r.total >> r.digest >> r.inode) out.push_back(r);
+  while (in >> r.rank >> r.total >> r.digest >> r.inode >> r.writers >> r.stripe) out.push_back(r);
   return out;
 }
 
@@ -62,7 +70,10 @@ Status write_records(const std::string& path, const std::vector<DoneRecord>& rec
   std::string tmp = path + ".new";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const DoneRecord& r : records) out << r.rank << ' ' << r.total << ' ' << r.digest << ' ' << r.inode << '\n';
+    for (const DoneRecord& r : records) {
+      out << r.rank << ' ' << r.total << ' ' << r.digest << ' ' << r.inode << ' ' << r.writers
+          << ' ' << r.stripe << '\n';
+    }
     out.flush();
     if (!out) return Status(StatusCode::kIoError, "cannot write the writers' record", EIO).with_path(tmp);
   }
@@ -76,7 +87,7 @@ Status write_records(const std::string& path, const std::vector<DoneRecord>& rec
 
 Status finish_parallel(UniqueFd& fd, const std::string& partial_path, const std::string& target,
                        uint64_t digest, uint64_t total_bytes, unsigned rank, unsigned num_writers,
-                       bool durable, bool* committed) {
+                       uint64_t stripe_bytes, bool durable, bool* committed) {
   *committed = false;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(partial_path);
@@ -90,13 +101,13 @@ Status finish_parallel(UniqueFd& fd, const std::string& partial_path, const std:
     if (errno != EINTR) return Status::from_errno(errno, "flock failed").with_path(lock_path);
   }
 
-  const DoneRecord mine{rank, total_bytes, digest, static_cast<uint64_t>(st.st_ino)};
+  const DoneRecord mine{rank, total_bytes, digest, static_cast<uint64_t>(st.st_ino), num_writers,
+                        stripe_bytes};
   std::string done_path = partial_path + ".done";
   std::vector<DoneRecord> records;
   std::set<unsigned> ranks;
   for (const DoneRecord& r : read_records(done_path)) {
-    bool same_attempt = r.total == mine.total && r.digest == mine.digest && r.inode == mine.inode;
-    if (!same_attempt) continue;  // left by a crashed earlier attempt
+    if (!r.same_attempt(mine)) continue;  // left by a crashed earlier attempt
     if (r.rank != rank && ranks.insert(r.rank).second) records.push_back(r);
   }
   records.push_back(mine);

@@ -2,9 +2,9 @@
 // The rendezvous of parallel writers (private to src/stream).
 //
 // All writers of one file share the temporary "<dir>/.<name>.fp-partial". Each writer, after its
-// own stripes are durable, appends a record "rank total digest inode" to "<partial>.done" under
-// an flock on "<partial>.lock". A record counts only if its total size, stream digest and inode
-// equal the caller's: records left by a crashed earlier attempt on another inode or with other
+// own stripes are durable, appends a record "rank total digest inode writers stripe" to
+// "<partial>.done" under an flock on "<partial>.lock". A record counts only if its total size,
+// stream digest, inode, writer count and stripe size equal the caller's: records left by a crashed earlier attempt on another inode or with other
 // content are ignored, and a record with the same inode and digest describes the very bytes
 // this attempt would write. The writer whose record completes the set of ranks truncates the
 // file to the exact size, fdatasyncs it, renames it onto the target, fsyncs the directory and
@@ -41,6 +41,6 @@ Result<UniqueFd> open_shared_partial(const std::string& target, std::string* par
 
 Status finish_parallel(UniqueFd& fd, const std::string& partial_path, const std::string& target,
                        uint64_t digest, uint64_t total_bytes, unsigned rank, unsigned num_writers,
-                       bool durable, bool* committed);
+                       uint64_t stripe_bytes, bool durable, bool* committed);
 
 }  // namespace fastpersist::stream

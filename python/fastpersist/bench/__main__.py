@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m fastpersist.bench {tensor,model,roundtrip}``: see the package docstring."""
+"""``python -m fastpersist.bench {tensor,model,roundtrip,load}``: see the package docstring."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import List, Optional
 import torch
 
 from .. import serialization
-from . import models, savers
+from . import loaders, models, savers
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -25,6 +25,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zipfile", action="store_true", help="torch zipfile format (default: legacy)")
     p.add_argument("--only", nargs="*", default=None, metavar="TAG",
                    help="run only these tags (e.g. test_save_fsync test_ds_aio_fast_save)")
+    p.add_argument("--loops", type=int, default=1,
+                   help="run every tag this many times, in an order that rotates each loop "
+                        "(one result line per tag and loop; default 1)")
+    p.add_argument("--rotate", type=int, default=0, metavar="K",
+                   help="start the first loop K tags later (bench/checkpoint_vs_fio.py uses it "
+                        "to vary the order across runs)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
         m.add_argument("--regular_torch_save", action="store_true",
                        help="roundtrip: plain torch.save/torch.load instead of fastpersist")
         m.add_argument("--local_rank", type=int, default=0)
+    ld = sub.add_parser("load", help="save once, then time torch.load, fastpersist.load (and "
+                        "safetensors) on the cold file, evicted from the page cache each loop")
+    ld.add_argument("--folder", required=True, help="I/O folder (e.g. an NVMe mount)")
+    what = ld.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", choices=sorted(models.MODELS), help="a model's state_dict")
+    what.add_argument("--mb_size", type=int, help="one uint8 tensor of this many MiB")
+    ld.add_argument("--half", action="store_true", help="fp16 weights (--model)")
+    ld.add_argument("--loops", type=int, default=3, help="cold loads per loader (default 3)")
+    ld.add_argument("--drop_caches", action="store_true",
+                    help="also write 1 to /proc/sys/vm/drop_caches before each load (root)")
+    ld.add_argument("--no-safetensors", dest="safetensors", action="store_false",
+                    help="skip the safetensors comparison")
     return p
 
 
@@ -59,8 +77,9 @@ def _settings(args: argparse.Namespace) -> savers.SaveSettings:
                                show_statistics=args.statistics, gpu=args.gpu)
 
 
-def _print_command() -> None:
-    print("# " + " ".join([os.path.basename(sys.executable), "-m", "fastpersist.bench"] + sys.argv[1:]))
+def _print_command(argv: Optional[List[str]] = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    print("# " + " ".join([os.path.basename(sys.executable), "-m", "fastpersist.bench"] + args))
     print(f"# torch {torch.__version__}; GB = 1e9 bytes", flush=True)
 
 
@@ -68,7 +87,7 @@ def run_tensor(args: argparse.Namespace) -> int:
     s = _settings(args)
     device = "cuda" if args.gpu else "cpu"
     t = torch.randint(high=128, size=(args.mb_size * (1 << 20),), dtype=torch.uint8, device=device)
-    savers.run_all(t, s, f"{args.mb_size}MB", args.only)
+    savers.run_all(t, s, f"{args.mb_size}MB", args.only, loops=args.loops, rotate=args.rotate)
     return 0
 
 
@@ -82,7 +101,7 @@ def run_model(args: argparse.Namespace) -> int:
     if args.optimizer:
         state["optimizer"] = models.with_optimizer_state(model)
     print(f"# built {args.model} in {time.perf_counter() - start:.1f}s", flush=True)
-    savers.run_all(state, s, args.model, args.only)
+    savers.run_all(state, s, args.model, args.only, loops=args.loops, rotate=args.rotate)
     return 0
 
 
@@ -122,10 +141,34 @@ def run_roundtrip(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def run_load(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.folder):
+        sys.exit(f"error: --folder {args.folder!r} is not a directory")
+    if args.loops < 1:
+        sys.exit("error: --loops must be at least 1")
+    if args.model:
+        start = time.perf_counter()
+        model = models.build(args.model, half=args.half)
+        state = model.state_dict()
+        del model
+        print(f"# built {args.model} in {time.perf_counter() - start:.1f}s", flush=True)
+        stem = args.model
+    else:
+        state = {"tensor": torch.randint(high=128, size=(args.mb_size << 20,), dtype=torch.uint8)}
+        stem = f"{args.mb_size}MB"
+    results = loaders.run_load(state, args.folder, stem, args.loops, drop_caches=args.drop_caches,
+                               safetensors=args.safetensors)
+    loaders.print_summary(results)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    _print_command()
-    return {"tensor": run_tensor, "model": run_model, "roundtrip": run_roundtrip}[args.command](args)
+    if getattr(args, "loops", 1) < 1:
+        sys.exit("error: --loops must be at least 1")
+    _print_command(argv)
+    return {"tensor": run_tensor, "model": run_model, "roundtrip": run_roundtrip,
+            "load": run_load}[args.command](args)
 
 
 if __name__ == "__main__":

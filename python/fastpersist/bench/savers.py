@@ -94,13 +94,37 @@ def test_ds_py_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
 
 def test_ds_aio_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     def run() -> Dict[str, Any]:
-        stats = serialization.save(obj, path, use_legacy_format=not s.zipfile,
-                                   io_buffer_mb=s.io_buffer_mb, single_io_buffer=s.single_io_buffer)
-        if s.show_statistics:
-            print(f"  fastpersist stats = {_format_stats(stats)}")
-        return stats
+        return serialization.save(obj, path, use_legacy_format=not s.zipfile,
+                                  io_buffer_mb=s.io_buffer_mb, single_io_buffer=s.single_io_buffer)
 
-    return _timed("test_ds_aio_fast_save", path, run)
+    rss_before = _reset_peak_rss()
+    result = _timed("test_ds_aio_fast_save", path, run)
+    if result.stats is not None and rss_before is not None:
+        # Peak resident memory the save added: the pinned staging buffer (when the pool had
+        # none yet) plus torch's pickle, whatever the checkpoint size.
+        result.stats["peak_rss_growth_bytes"] = max(0, _status_kib("VmHWM") * 1024 - rss_before)
+    if s.show_statistics and result.stats is not None:
+        print(f"  fastpersist stats = {_format_stats(result.stats)}")
+    return result
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _reset_peak_rss() -> Optional[int]:
+    """Resets the process's peak RSS (VmHWM) to its current RSS; returns that RSS in bytes, or
+    None where /proc does not allow it (then no growth is reported)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_kib("VmRSS") * 1024
+    except (OSError, KeyError):
+        return None
 
 
 def test_ds_gds_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
@@ -119,6 +143,7 @@ def deepspeed_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
         from deepspeed.ops.op_builder import AsyncIOBuilder
     except Exception as e:  # noqa: BLE001 - any import failure means "not available"
         return SaveResult("deepspeed_fast_save", 0, 0.0, skipped=f"deepspeed not importable ({e})")
+    _patch_deepspeed_utils_op()
     if not AsyncIOBuilder().is_compatible():
         return SaveResult("deepspeed_fast_save", 0, 0.0, skipped="DeepSpeed async_io op incompatible")
     h = AsyncIOBuilder().load(verbose=False).aio_handle(8 * _MiB, 8, False, False, 1)
@@ -138,9 +163,37 @@ def deepspeed_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
         h.free_cpu_locked_tensor(pinned)
 
 
+class _TorchCastToByteTensor:
+    """Stands in for DeepSpeed's ``UtilsBuilder`` op where it cannot load (its CPU accelerator has
+    no implementation, so ``FastFileWriter()`` raises). The op's ``cast_to_byte_tensor`` is used
+    only by ``save_torch_storage_object_list``, which stock torch never calls; this is the same
+    zero-copy reinterpretation written with torch views, so DeepSpeed's writer runs unchanged."""
+
+    def load(self, *args: Any, **kwargs: Any) -> "_TorchCastToByteTensor":
+        return self
+
+    @staticmethod
+    def cast_to_byte_tensor(tensors: Any) -> Any:
+        def one(t: torch.Tensor) -> torch.Tensor:
+            return t if t.element_size() <= 1 else t.reshape(-1).view(torch.uint8)
+
+        return [one(t) for t in tensors] if isinstance(tensors, (list, tuple)) else one(tensors)
+
+
+def _patch_deepspeed_utils_op() -> None:
+    import deepspeed.io.fast_file_writer as ds_ffw
+
+    if isinstance(ds_ffw.UtilsBuilder, type) and issubclass(ds_ffw.UtilsBuilder, _TorchCastToByteTensor):
+        return
+    try:
+        ds_ffw.UtilsBuilder().load()
+    except Exception:  # noqa: BLE001 - "not implemented on CPU backend" and build failures
+        ds_ffw.UtilsBuilder = _TorchCastToByteTensor
+
+
 def _format_stats(stats: Dict[str, Any]) -> str:
     keys = ("bytes", "write_secs", "fill_bytes", "fill_secs", "zero_copy_bytes", "slow_path_bytes",
-            "io_wait_secs", "drains", "pinned_bytes")
+            "io_wait_secs", "drains", "pinned_bytes", "peak_rss_growth_bytes")
     return "{" + ", ".join(f"{k}: {stats[k]:.3f}" if isinstance(stats[k], float) else
                            f"{k}: {stats[k]}" for k in keys if k in stats) + "}"
 
@@ -156,17 +209,30 @@ ALL: List[Callable[[Any, str, SaveSettings], SaveResult]] = [
 ]
 
 
+def settle() -> None:
+    """Untimed, between two measurements: write back every dirty page and let the journal commit
+    (on a filesystem mounted with ``discard`` that is also when the blocks of the file just
+    deleted are discarded), so one mechanism's leftovers do not slow the next one down."""
+    os.sync()
+
+
 def run_all(obj: Any, s: SaveSettings, file_stem: str,
-            only: Optional[List[str]] = None) -> List[SaveResult]:
-    """Runs every mechanism on `obj` (GPU state is used as is); prints and returns the results."""
+            only: Optional[List[str]] = None, loops: int = 1, rotate: int = 0) -> List[SaveResult]:
+    """Runs every mechanism on `obj` (GPU state is used as is); prints and returns the results.
+
+    With ``loops > 1`` each loop runs every mechanism once, starting one mechanism later than
+    the loop before, so that no mechanism always follows the same one."""
+    chosen = [saver for saver in ALL if not only or saver.__name__ in only]
     results = []
-    for saver in ALL:
-        if only and saver.__name__ not in only:
-            continue
-        path = os.path.join(s.folder, f"{saver.__name__}_{file_stem}.pt")
-        result = saver(obj, path, s)
-        print(result.line(), flush=True)
-        results.append(result)
-        if os.path.exists(path):
-            os.unlink(path)
+    for loop in range(loops):
+        k = (loop + rotate) % len(chosen) if chosen else 0
+        for saver in chosen[k:] + chosen[:k]:
+            path = os.path.join(s.folder, f"{saver.__name__}_{file_stem}.pt")
+            settle()
+            result = saver(obj, path, s)
+            print(result.line(), flush=True)
+            results.append(result)
+            if os.path.exists(path):
+                os.unlink(path)
+    settle()
     return results

@@ -315,5 +315,68 @@ TEST(FastFileWriter, EnospcIsAClearErrorAndLeavesNoFile) {
   EXPECT_TRUE(names.empty()) << names.size() << " entries left, first: " << names[0];
 }
 
+off_t size_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// The temporary file grows by fallocate() well ahead of the writes (so no drain extends it and
+// waits for the direct I/O in flight), and close() cuts it to the stream's exact size.
+TEST(FastFileWriter, PreallocatesAheadAndTruncatesAtClose) {
+  TempDir dir;
+  auto data = testing::random_bytes((3 << 20) + 123, 21);
+  FastFileWriterOptions o;
+  o.io_buffer_bytes = 1 << 20;
+  auto w = FastFileWriter::open(dir.file("p"), o);
+  ASSERT_TRUE(w.is_ok());
+  ASSERT_TRUE((*w)->write(data.data(), data.size()).is_ok());
+  off_t during = size_of((*w)->temp_path());
+  if (during == static_cast<off_t>(data.size()) || during < 0) {
+    GTEST_SKIP() << "this filesystem does not support fallocate";
+  }
+  EXPECT_GE(during, off_t{256} << 20) << "the first step covers 256 MiB";
+  ASSERT_TRUE((*w)->close().is_ok());
+  EXPECT_EQ(size_of(dir.file("p")), static_cast<off_t>(data.size()));
+  auto back = testing::read_whole_file(dir.file("p"));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ("", testing::first_difference(data, *back));
+}
+
+TEST(FastFileWriter, PreallocationCanBeTurnedOff) {
+  TempDir dir;
+  auto data = testing::random_bytes(3 << 20, 22);
+  FastFileWriterOptions o;
+  o.io_buffer_bytes = 1 << 20;
+  o.preallocate_max_bytes = 0;
+  auto w = FastFileWriter::open(dir.file("n"), o);
+  ASSERT_TRUE(w.is_ok());
+  ASSERT_TRUE((*w)->write(data.data(), data.size()).is_ok());
+  EXPECT_LE(size_of((*w)->temp_path()), static_cast<off_t>(data.size()));
+  ASSERT_TRUE((*w)->close().is_ok());
+  EXPECT_EQ(size_of(dir.file("n")), static_cast<off_t>(data.size()));
+}
+
+// On a filesystem smaller than the first preallocation step, fallocate fails with ENOSPC; the
+// writer must then carry on without preallocating, so a file that fits is still written.
+TEST(FastFileWriter, FailedPreallocationDoesNotFailAFileThatFits) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small ext4 image needs root";
+  TempDir dir;
+  std::string mnt = dir.file("mnt");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  auto m = testing::ScopedMount::ext4_image(dir.file("img"), mnt, 32 << 20);
+  if (!m.is_ok()) GTEST_SKIP() << "cannot mount an ext4 image: " << m.status().to_string();
+  auto data = testing::random_bytes((8 << 20) + 777, 23);
+  FastFileWriterOptions o;
+  o.io_buffer_bytes = 2 << 20;
+  auto w = FastFileWriter::open(mnt + "/fits.pt", o);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  ASSERT_TRUE(write_chunked(**w, data, 4).is_ok());
+  Status closed = (*w)->close();
+  ASSERT_TRUE(closed.is_ok()) << closed.to_string();
+  auto back = testing::read_whole_file(mnt + "/fits.pt");
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ("", testing::first_difference(data, *back));
+}
+
 }  // namespace
 }  // namespace fastpersist
