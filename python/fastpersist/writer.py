@@ -196,32 +196,30 @@ def _raised_while_handling(exc: Optional[BaseException], cause: BaseException) -
     return False
 
 
-class MockFileWriter:
-    """Counts what torch.save writes and writes nothing: the pure serialization cost."""
+class _CountingWriter:
+    """What the two baseline writers share: byte/call/time counters and the context manager."""
 
-    def __init__(self, path: Optional[PathLike] = None) -> None:
-        self._path = os.fsdecode(os.fspath(path)) if path is not None else ""
+    def __init__(self) -> None:
         self._bytes = 0
         self._calls = 0
         self._secs = 0.0
-        self.closed = False
+
+    def _sink(self, data: Any) -> int:
+        raise NotImplementedError
 
     def write(self, data: Any) -> int:
         t = time.perf_counter()
-        n = memoryview(data).nbytes
+        n = self._sink(data)
         self._bytes += n
         self._calls += 1
         self._secs += time.perf_counter() - t
         return n
 
-    def flush(self) -> None:
-        pass
-
     def writable(self) -> bool:
         return True
 
     def close(self) -> None:
-        self.closed = True
+        raise NotImplementedError
 
     @property
     def bytes_written(self) -> int:
@@ -230,39 +228,47 @@ class MockFileWriter:
     def stats(self) -> Dict[str, Any]:
         return {"bytes": self._bytes, "write_calls": self._calls, "write_secs": self._secs}
 
-    def __enter__(self) -> "MockFileWriter":
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
-class PyFileWriter:
+class MockFileWriter(_CountingWriter):
+    """Counts what torch.save writes and writes nothing: the pure serialization cost."""
+
+    def __init__(self, path: Optional[PathLike] = None) -> None:
+        super().__init__()
+        self._path = os.fsdecode(os.fspath(path)) if path is not None else ""
+        self.closed = False
+
+    def _sink(self, data: Any) -> int:
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class PyFileWriter(_CountingWriter):
     """Plain buffered Python file writes (``open(path, "wb")``), for comparison.
 
     ``durable=True`` adds an fsync at close, which plain ``torch.save`` never does.
     """
 
     def __init__(self, path: PathLike, *, durable: bool = False) -> None:
+        super().__init__()
         self._f = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._durable = durable
-        self._bytes = 0
-        self._calls = 0
-        self._secs = 0.0
 
-    def write(self, data: Any) -> int:
-        t = time.perf_counter()
-        n = self._f.write(data)
-        self._bytes += n
-        self._calls += 1
-        self._secs += time.perf_counter() - t
-        return n
+    def _sink(self, data: Any) -> int:
+        return self._f.write(data)
 
     def flush(self) -> None:
         self._f.flush()
-
-    def writable(self) -> bool:
-        return True
 
     @property
     def closed(self) -> bool:
@@ -275,16 +281,3 @@ class PyFileWriter:
         if self._durable:
             os.fsync(self._f.fileno())
         self._f.close()
-
-    @property
-    def bytes_written(self) -> int:
-        return self._bytes
-
-    def stats(self) -> Dict[str, Any]:
-        return {"bytes": self._bytes, "write_calls": self._calls, "write_secs": self._secs}
-
-    def __enter__(self) -> "PyFileWriter":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
