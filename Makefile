@@ -96,13 +96,17 @@ test-python: python build
 # The main job: the environment report, DeepSpeedExamples' deepnvme/model_checkpoint benchmark
 # for a Hugging Face model built from its config (one `<tag> -- GB, secs, GB/s` line per save
 # mechanism; deepspeed is optional, its line says why it is skipped), then a save / load round
-# trip that checks the model's outputs. bench/checkpoint_vs_fio.py checks the targets.
+# trip that checks the model's outputs, then the CheckpointManager benchmark (durable, checksummed
+# saves and verified loads against fio). bench/checkpoint_vs_fio.py and
+# bench/checkpoint_manager_bench.py --check check the targets.
 DEMO_MODEL ?= gpt2-large
 demo: build python
 	@mkdir -p $(BENCH_DIR)
 	$(CLI) report --folder $(BENCH_DIR)
 	$(VENV_PY) -m fastpersist.bench model --model $(DEMO_MODEL) --folder $(BENCH_DIR)
 	$(VENV_PY) -m fastpersist.bench roundtrip --model $(DEMO_MODEL) --folder $(BENCH_DIR)
+	$(VENV_PY) bench/checkpoint_manager_bench.py --model $(DEMO_MODEL) --folder $(BENCH_DIR) \
+	  --rounds 1 --skip-overlap
 
 clean:
 	rm -rf $(BUILD_DIR)

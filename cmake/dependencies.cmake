@@ -31,9 +31,10 @@ add_library(fastpersist_xxhash UNKNOWN IMPORTED)
 set_target_properties(fastpersist_xxhash PROPERTIES IMPORTED_LOCATION "${XXHASH_LIBRARY}"
                       INTERFACE_INCLUDE_DIRECTORIES "${XXHASH_INCLUDE_DIR}")
 
+# nlohmann-json: checkpoint manifests and safetensors headers (and the CLI's --json output).
+find_package(nlohmann_json 3.10 REQUIRED)
 if(FASTPERSIST_BUILD_TOOLS)
   find_package(CLI11 REQUIRED)
-  find_package(nlohmann_json 3.10 REQUIRED)
 endif()
 if(FASTPERSIST_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -10,7 +10,8 @@ namespace fastpersist::cli {
 
 // Exit codes shared by every subcommand, so scripts can tell a bad call from a failed run.
 constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;  // the work itself failed (I/O error, out of memory, ...)
+constexpr int kExitFailure = 1;  // the work itself failed (I/O error, out of memory, ...), or
+                                 // `verify` found damage
 constexpr int kExitUsage = 2;    // bad arguments; nothing was done
 
 struct Command {
@@ -20,5 +21,11 @@ struct Command {
 
 Command add_report_command(CLI::App& parent);
 Command add_io_bench_command(CLI::App& parent);
+// Checkpoints (docs/cli.md): list, inspect, verify, prune; convert runs Python.
+Command add_list_command(CLI::App& parent);
+Command add_inspect_command(CLI::App& parent);
+Command add_verify_command(CLI::App& parent);
+Command add_prune_command(CLI::App& parent);
+Command add_convert_command(CLI::App& parent);
 
 }  // namespace fastpersist::cli

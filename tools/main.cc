@@ -11,7 +11,10 @@ int main(int argc, char** argv) {
                "fastpersist"};
   app.set_version_flag("--version", FASTPERSIST_VERSION);
   app.require_subcommand(1);
-  std::vector<Command> commands = {add_report_command(app), add_io_bench_command(app)};
+  std::vector<Command> commands = {add_report_command(app), add_io_bench_command(app),
+                                   add_list_command(app),   add_inspect_command(app),
+                                   add_verify_command(app), add_prune_command(app),
+                                   add_convert_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -23,6 +23,9 @@ enum class StatusCode : int {
   kUnavailable = 4,      // a feature this machine or build lacks (backend, CUDA, ...)
   kOutOfRange = 5,       // e.g. a read past the end of a file
   kInternal = 6,         // a broken invariant inside fastpersist
+  kDataLoss = 7,         // stored bytes are damaged: checksum mismatch, truncated or bad format
+  kAlreadyExists = 8,    // e.g. a checkpoint tag that is already committed
+  kBusy = 9,             // a resource held by someone else (another manager's lock)
 };
 
 const char* status_code_name(StatusCode code);

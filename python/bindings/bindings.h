@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "fastpersist/pinned_buffer.h"
@@ -25,6 +27,7 @@ void bind_options(nb::module_& m);
 void bind_buffers(nb::module_& m);
 void bind_aio_handle(nb::module_& m);
 void bind_writer(nb::module_& m);
+void bind_checkpoint(nb::module_& m);
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).
 [[noreturn]] void raise_status(const Status& status);
@@ -37,6 +40,21 @@ template <typename T>
 T unwrap(Result<T>&& result) {
   if (!result.is_ok()) raise_status(result.status());
   return std::move(result).value();
+}
+
+// A Python str from bytes that should be UTF-8 but may quote a damaged file: invalid bytes
+// become \xNN escapes instead of a UnicodeDecodeError hiding the real error.
+inline nb::str utf8_str(const std::string& text) {
+  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
+                                     "backslashreplace");
+  if (s == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(s);
+}
+
+inline nb::list utf8_list(const std::vector<std::string>& items) {
+  nb::list out;
+  for (const std::string& s : items) out.append(utf8_str(s));
+  return out;
 }
 
 // Runs `fn` with the GIL released and returns its result (which must not be a Python object).

@@ -9,6 +9,9 @@
 //   kIoError without errno               OSError(text)
 //   kInvalidArgument                     ValueError
 //   kOutOfRange                          ValueError (e.g. a read past the end of the file)
+//   kAlreadyExists                       FileExistsError (errno EEXIST)
+//   kDataLoss                            fastpersist.CheckpointCorruptError (a ValueError)
+//   kBusy                                fastpersist.CheckpointLockedError (a RuntimeError)
 //   kUnavailable, kInternal              RuntimeError
 //
 // The text always keeps the status's message and, when present, its offset and length.
@@ -49,9 +52,16 @@ std::string range_text(const Status& st) {
     filename = nb::steal(decoded);
   }
   nb::object exc =
-      nb::steal(PyObject_CallFunction(PyExc_OSError, "isO", err, text.c_str(), filename.ptr()));
+      nb::steal(PyObject_CallFunction(PyExc_OSError, "iOO", err, utf8_str(text).ptr(), filename.ptr()));
   if (!exc.is_valid()) throw nb::python_error();
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw nb::python_error();
+}
+
+// An exception class defined in fastpersist/errors.py, raised with the status's full text.
+[[noreturn]] void raise_package_error(const char* name, const Status& st) {
+  nb::object cls = nb::module_::import_("fastpersist.errors").attr(name);
+  PyErr_SetObject(cls.ptr(), utf8_str(st.to_string()).ptr());
   throw nb::python_error();
 }
 
@@ -62,25 +72,34 @@ void raise_status(const Status& st) {
     case StatusCode::kOk:
       throw std::logic_error("fastpersist: raise_status called with an OK status");
     case StatusCode::kInvalidArgument:
-      throw nb::value_error(st.to_string().c_str());
+      PyErr_SetObject(PyExc_ValueError, utf8_str(st.to_string()).ptr());
+      throw nb::python_error();
     case StatusCode::kOutOfRange:
-      throw nb::value_error(st.to_string().c_str());
+      PyErr_SetObject(PyExc_ValueError, utf8_str(st.to_string()).ptr());
+      throw nb::python_error();
     case StatusCode::kNotFound:
       raise_os_error(st, st.sys_errno() != 0 ? st.sys_errno() : ENOENT);
     case StatusCode::kIoError:
       if (st.sys_errno() != 0) raise_os_error(st, st.sys_errno());
       {
         nb::object exc =
-            nb::steal(PyObject_CallFunction(PyExc_OSError, "s", st.to_string().c_str()));
+            nb::steal(PyObject_CallFunction(PyExc_OSError, "O", utf8_str(st.to_string()).ptr()));
         if (!exc.is_valid()) throw nb::python_error();
         PyErr_SetObject(PyExc_OSError, exc.ptr());
         throw nb::python_error();
       }
+    case StatusCode::kAlreadyExists:
+      raise_os_error(st, st.sys_errno() != 0 ? st.sys_errno() : EEXIST);
+    case StatusCode::kDataLoss:
+      raise_package_error("CheckpointCorruptError", st);
+    case StatusCode::kBusy:
+      raise_package_error("CheckpointLockedError", st);
     case StatusCode::kUnavailable:
     case StatusCode::kInternal:
       break;
   }
-  throw std::runtime_error(st.to_string());
+  PyErr_SetObject(PyExc_RuntimeError, utf8_str(st.to_string()).ptr());
+  throw nb::python_error();
 }
 
 void bind_errors(nb::module_& m) {
@@ -90,7 +109,7 @@ void bind_errors(nb::module_& m) {
       "_raise_status",
       [](int code, int sys_errno, const std::string& message, const std::string& path,
          std::optional<uint64_t> offset, std::optional<uint64_t> length) {
-        if (code <= 0 || code > static_cast<int>(StatusCode::kInternal)) {
+        if (code <= 0 || code > static_cast<int>(StatusCode::kBusy)) {
           throw nb::value_error("unknown status code");
         }
         Status st(static_cast<StatusCode>(code), message, sys_errno);
@@ -107,6 +126,9 @@ void bind_errors(nb::module_& m) {
   codes["unavailable"] = static_cast<int>(StatusCode::kUnavailable);
   codes["out_of_range"] = static_cast<int>(StatusCode::kOutOfRange);
   codes["internal"] = static_cast<int>(StatusCode::kInternal);
+  codes["data_loss"] = static_cast<int>(StatusCode::kDataLoss);
+  codes["already_exists"] = static_cast<int>(StatusCode::kAlreadyExists);
+  codes["busy"] = static_cast<int>(StatusCode::kBusy);
   m.attr("_status_codes") = codes;
 }
 

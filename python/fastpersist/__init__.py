@@ -20,14 +20,40 @@ from __future__ import annotations
 from . import _core
 from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_io, resolve_backend
 from .aio_handle import AioHandle, IoStats, aio_handle
+from .errors import CheckpointCorruptError, CheckpointLockedError
 from .serialization import load, read_file, save
 from .writer import FastFileWriter, MockFileWriter, PyFileWriter
+
+
+def __getattr__(name: str) -> object:
+    # The checkpoint API needs torch; import it on first use so AioHandle users need no torch.
+    lazy = {
+        "CheckpointManager": ("checkpoint", "CheckpointManager"),
+        "CheckpointInfo": ("checkpoint", "CheckpointInfo"),
+        "SaveHandle": ("checkpoint", "SaveHandle"),
+        "load_checkpoint": ("checkpoint", "load_checkpoint"),
+        "save_safetensors": ("safetensors_io", "save_safetensors"),
+        "load_safetensors": ("safetensors_io", "load_safetensors"),
+    }
+    if name not in lazy:
+        raise AttributeError(f"module 'fastpersist' has no attribute {name!r}")
+    import importlib
+
+    module, attr = lazy[name]
+    value = getattr(importlib.import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
 
 PinnedBuffer = _core.PinnedBuffer
 __version__: str = _core.__version__
 
 __all__ = [
     "AioHandle",
+    "CheckpointCorruptError",
+    "CheckpointInfo",
+    "CheckpointLockedError",
+    "CheckpointManager",
+    "SaveHandle",
     "FastFileWriter",
     "MockFileWriter",
     "PyFileWriter",
@@ -39,9 +65,12 @@ __all__ = [
     "aio_handle",
     "backends",
     "load",
+    "load_checkpoint",
+    "load_safetensors",
     "parse_size",
     "probe_file_io",
     "read_file",
     "resolve_backend",
     "save",
+    "save_safetensors",
 ]

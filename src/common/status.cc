@@ -15,6 +15,9 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kOutOfRange: return "out of range";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kDataLoss: return "data loss";
+    case StatusCode::kAlreadyExists: return "already exists";
+    case StatusCode::kBusy: return "busy";
   }
   return "unknown";
 }

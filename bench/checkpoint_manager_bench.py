@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""CheckpointManager's performance targets (issue 4), measured side by side in one run.
+
+For a model's state (default: gpt2-large built from its config, about 3.1 GB fp32) on one
+folder, every round measures, in this order:
+
+- fio's O_DIRECT write and read of the same number of bytes (io_uring, bs 8M, iodepth 32,
+  end_fsync for the write): the storage's reference bandwidth in this run;
+- a synchronous ``CheckpointManager.save`` (durable, checksummed, committed), its bandwidth
+  against fio's write, and the CPU time its checksums took against the save's time;
+- ``save_async``: the time the call blocks the caller against the synchronous save;
+- a cold ``CheckpointManager.load`` (files evicted from the page cache, checksums verified)
+  against fio's read, a cold ``safetensors.torch.load_file`` of the same tensors in one file,
+  and a cold ``torch.load`` of a ``torch.save`` file.
+
+Then, once: training steps (forward, backward, SGD step) without and with a ``save_async`` at
+the start of every step, the optimizer hooked with ``hook_optimizer`` so step() waits for the
+snapshot only. Ratios are of the medians over the rounds (best-of in brackets). Run with the
+package installed in .venv:
+
+    .venv/bin/python bench/checkpoint_manager_bench.py --folder bench-data --rounds 3
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+import fastpersist
+from fastpersist.bench import models
+from fastpersist.bench.loaders import evict
+
+GB = 1e9
+MiB = 1 << 20
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def fio(args: argparse.Namespace, rw: str, path: str, size: int) -> float:
+    cmd = [args.fio, "--name=ref", f"--filename={path}", f"--rw={rw}", "--direct=1",
+           "--ioengine=io_uring", "--bs=8M", "--iodepth=32", f"--size={size}",
+           "--output-format=json"]
+    if rw == "write":
+        cmd.append("--end_fsync=1")
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    job = json.loads(out[out.find("{"):])["jobs"][0]
+    part = job["write" if rw == "write" else "read"]
+    if job.get("error") or part["io_bytes"] != size:
+        raise RuntimeError(f"fio {rw} failed: {shlex.join(cmd)}")
+    return part["io_bytes"] / GB / (part["runtime"] / 1000.0)
+
+
+def evict_dir(path: str) -> None:
+    for name in os.listdir(path):
+        evict(os.path.join(path, name), drop_caches=False)
+
+
+def unique_tensors(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    seen, out = set(), {}
+    for k, v in state.items():
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+        if key not in seen:
+            seen.add(key)
+            out[k] = v
+    return out
+
+
+def touch(obj) -> None:
+    """Reads one byte per page of every tensor (lazy mmap loaders pay their I/O here)."""
+    tensors = obj.values() if isinstance(obj, dict) else [obj]
+    for t in tensors:
+        if isinstance(t, dict):
+            touch(t)
+        elif isinstance(t, torch.Tensor) and t.numel():
+            t.view(-1).view(torch.uint8)[::4096].sum()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def med(xs: List[float]) -> float:
+    return statistics.median(xs)
+
+
+def row(rows: List[list], what: str, ours: List[float], ref: List[float], target: float,
+        higher_is_better: bool = True) -> None:
+    r = med(ours) / med(ref)
+    best = (max(ours) / min(ref)) if higher_is_better else (min(ours) / max(ref))
+    ok = r >= target if higher_is_better else r <= target
+    rows.append([what, f"{r:.2f}", f"{best:.2f}", ("≥ " if higher_is_better else "≤ ") + f"{target:g}",
+                 "pass" if ok else "FAIL"])
+
+
+def overlap(args: argparse.Namespace, root: str) -> Dict[str, List[float]]:
+    """Step times without and with a save_async per step (optimizer hooked)."""
+    torch.manual_seed(0)
+    model = models.build(args.model)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, model.config.vocab_size, (1, args.seq))
+
+    def step() -> None:
+        loss = model(input_ids=ids).logits.float().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    for _ in range(2):
+        step()  # warm-up: gradients allocated, allocator and kernels settled
+    plain = [timed(step) for _ in range(args.steps)]
+    with fastpersist.CheckpointManager(root, keep_last=1) as mgr:
+        mgr.hook_optimizer(opt)
+        mgr.save(0, model.state_dict())  # warm-up: allocates the staging memory
+        with_ckpt = []
+        for i in range(args.steps):
+            def ckpt_step() -> None:
+                mgr.save_async(i + 1, model.state_dict())
+                step()
+            with_ckpt.append(timed(ckpt_step))
+            mgr.wait()  # the write finishes outside the timed step
+    del model, opt
+    gc.collect()
+    return {"plain": plain, "ckpt": with_ckpt}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--folder", default="bench-data")
+    p.add_argument("--model", default="gpt2-large", choices=sorted(models.MODELS))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=4, help="training steps per variant (overlap)")
+    p.add_argument("--seq", type=int, default=64, help="sequence length of a training step")
+    p.add_argument("--fio", default=shutil.which("fio") or "fio")
+    p.add_argument("--skip-overlap", action="store_true")
+    p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = p.parse_args()
+    print("command: " + shlex.join([os.path.basename(sys.executable)] + sys.argv), flush=True)
+
+    folder = os.path.abspath(args.folder)
+    root = os.path.join(folder, "ckpt-root")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(folder, exist_ok=True)
+    fio_path = os.path.join(folder, "fio-ref.dat")
+    st_path = os.path.join(folder, "ref.safetensors")
+    pt_path = os.path.join(folder, "ref.pt")
+
+    torch.manual_seed(0)
+    model = models.build(args.model)
+    state = model.state_dict()
+    del model
+    size = sum(t.numel() * t.element_size() for t in unique_tensors(state).values())
+    fio_size = max(1, size // (8 * MiB)) * 8 * MiB
+    log(f"{args.model}: {size / GB:.2f} GB of tensors")
+
+    from safetensors.torch import load_file, save_file
+    save_file(unique_tensors(state), st_path)
+    torch.save(state, pt_path)
+
+    m: Dict[str, List[float]] = {k: [] for k in [
+        "fio_write", "fio_read", "save", "save_nock", "save_block", "checksum_frac", "load",
+        "st_load", "torch_load"]}
+    mgr = fastpersist.CheckpointManager(root)
+    mgr.save("warmup", state)  # the first save allocates (and pins) the staging memory
+    mgr.remove("warmup")
+    nock_root = os.path.join(folder, "ckpt-root-nochecksums")
+    shutil.rmtree(nock_root, ignore_errors=True)
+    nock = fastpersist.CheckpointManager(nock_root, checksums=False)
+    nock.save("warmup", state)
+    nock.remove("warmup")
+    for r in range(args.rounds):
+        log(f"round {r + 1}/{args.rounds}")
+        m["fio_write"].append(fio(args, "write", fio_path, fio_size))
+        m["fio_read"].append(fio(args, "read", fio_path, fio_size))
+        os.sync()
+
+        h = None
+
+        def sync_save() -> None:
+            nonlocal h
+            h = mgr.save_async(f"sync-{r}", state)
+            h.wait()
+        t = timed(sync_save)
+        m["save"].append(size / GB / t)
+        m["checksum_frac"].append(h.checksum_seconds / t)
+        os.sync()
+
+        t = timed(lambda: nock.save(f"nock-{r}", state))
+        m["save_nock"].append(size / GB / t)
+        nock.remove(f"nock-{r}")
+        os.sync()
+
+        t0 = time.perf_counter()
+        h2 = mgr.save_async(f"async-{r}", state)
+        block = time.perf_counter() - t0
+        h2.wait()
+        m["save_block"].append(block / t)
+        mgr.remove(f"async-{r}")
+        os.sync()
+
+        evict_dir(mgr.path(f"sync-{r}"))
+        t = timed(lambda: mgr.load(f"sync-{r}"))
+        m["load"].append(size / GB / t)
+        mgr.remove(f"sync-{r}")
+        gc.collect()
+
+        evict(st_path)
+        t = timed(lambda: touch(load_file(st_path)))
+        m["st_load"].append(size / GB / t)
+        gc.collect()
+        evict(pt_path)
+        t = timed(lambda: touch(torch.load(pt_path, weights_only=True)))
+        m["torch_load"].append(size / GB / t)
+        gc.collect()
+    mgr.close()
+    nock.close()
+    shutil.rmtree(nock_root, ignore_errors=True)
+    for path in (fio_path, st_path, pt_path):
+        os.unlink(path)
+
+    steps = None if args.skip_overlap else overlap(args, root)
+    shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\n{args.model}: {size / GB:.2f} GB, {args.rounds} rounds, folder {folder}\n")
+    print("| measure | median GB/s per round |")
+    print("|---|---|")
+    for k in ["fio_write", "save", "save_nock", "fio_read", "load", "st_load", "torch_load"]:
+        print(f"| {k} | {' '.join(f'{x:.2f}' for x in m[k])} |")
+    print(f"| save_async blocks / sync save | {' '.join(f'{x:.3f}' for x in m['save_block'])} |")
+    print(f"| checksum CPU time / save time | {' '.join(f'{x:.3f}' for x in m['checksum_frac'])} |")
+    if steps:
+        print(f"| step s (plain) | {' '.join(f'{x:.2f}' for x in steps['plain'])} |")
+        print(f"| step s (with save_async) | {' '.join(f'{x:.2f}' for x in steps['ckpt'])} |")
+
+    rows: List[list] = []
+    row(rows, "save vs fio write", m["save"], m["fio_write"], 0.9)
+    one = [1.0] * args.rounds
+    row(rows, "save_async blocking / sync save", m["save_block"], one, 0.10, higher_is_better=False)
+    # Checksum cost: how much longer a save with checksums takes than one without (wall time).
+    row(rows, "save time with / without checksums", m["save_nock"], m["save"], 1.10,
+        higher_is_better=False)
+    row(rows, "load (cold, verified) vs fio read", m["load"], m["fio_read"], 0.9)
+    row(rows, "load vs safetensors.load_file (cold)", m["load"], m["st_load"], 2.5)
+    row(rows, "load vs torch.load (cold)", m["load"], m["torch_load"], 2.5)
+    if steps:
+        row(rows, "step with save_async / plain step", steps["ckpt"], steps["plain"], 1.10,
+            higher_is_better=False)
+    print("\n| target | ratio (median) | best-of | wanted | |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    return 1 if args.check and any(r[-1] != "pass" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

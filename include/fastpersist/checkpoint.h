@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+// CheckpointManager: durable, verified, asynchronous checkpoints under one root directory.
+//
+//   <root>/
+//     .lock                         flock()ed by the one manager that may write here
+//     latest                        the newest committed tag (text), replaced by rename
+//     <tag>/manifest.json           written last: names every file and tensor, with checksums
+//     <tag>/tensors-00000-of-00002.safetensors, ...   data, 4096-aligned, valid safetensors
+//     <tag>/objects.pkl             the non-tensor part of the state (opaque bytes here)
+//     .tmp-<tag>-<unique>/          a save in progress (garbage after a crash, removed on open)
+//
+// Commit protocol (docs/commit_protocol.md; implemented in save_job.cc):
+//   1. mkdir <root>/.tmp-<tag>-<unique>/;
+//   2. write every data file there (O_DIRECT, checksummed while staged), fdatasync each;
+//   3. write objects.pkl, then manifest.json last; fsync both and the directory;
+//   4. rename the directory to <root>/<tag>; fsync <root>;
+//   5. write <root>/.latest.tmp, fsync, rename to <root>/latest, fsync <root>;
+//   6. retention: older checkpoints beyond keep_last are renamed to .trash-* and removed.
+// A crash before 4 leaves only a .tmp-* directory (never listed, removed by the next manager);
+// after 4 the checkpoint is complete. latest_checkpoint() is the newest complete one by commit
+// order; the `latest` file (for other tools) may lag after a crash until the next manager opens
+// the root and repairs it. A save that fails after step 4 undoes it, so an error always means
+// "not committed".
+//
+// Saving is asynchronous inside: save_async() returns once the request is queued; a background
+// thread snapshots the tensors into pinned staging memory (reusable across saves, bounded by
+// staging_budget_bytes), writes and commits. The caller must not modify the tensors' memory
+// until PendingSave::snapshot_done(); after that it may do anything. A failure is reported by
+// PendingSave::wait() and, if nobody collected it, by the next save, save_async, wait_all or
+// close of the manager: it never vanishes.
+//
+// Thread-safety: all CheckpointManager and PendingSave methods may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fastpersist/io_engine.h"
+#include "fastpersist/manifest.h"
+#include "fastpersist/options.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist {
+
+// One tensor to save: its bytes in C order, described in safetensors terms.
+struct TensorSource {
+  std::string name;
+  std::string dtype;             // safetensors dtype name
+  std::vector<uint64_t> shape;
+  const std::byte* data = nullptr;
+  uint64_t nbytes = 0;           // must equal product(shape) * dtype size
+};
+
+// Everything one checkpoint holds.
+struct CheckpointContent {
+  std::vector<TensorSource> tensors;
+  std::map<std::string, std::string> aliases;  // name -> stored tensor name (shared memory)
+  std::string objects;                          // the sidecar's bytes (pickled non-tensor state)
+  std::optional<int64_t> step;
+  std::string metadata_json = "{}";            // user metadata, a JSON object
+  std::map<std::string, std::string> versions;  // added to {"fastpersist": <version>}
+};
+
+struct CheckpointOptions {
+  EngineOptions engine;                 // the I/O engine of the manager
+  // Pinned staging memory for snapshots, all saves together; 0 = as much as one checkpoint
+  // needs (the snapshot then finishes at memory speed, before the writes). A smaller budget
+  // streams: the snapshot of a piece waits until an earlier piece is written.
+  size_t staging_budget_bytes = 0;
+  size_t staging_window_bytes = size_t{64} << 20;  // unit of staging and of one write
+  bool lock_staging_memory = true;      // mlock (pinned) staging; false: plain aligned memory
+  unsigned max_parallel_files = 4;      // data files written at the same time
+  uint64_t target_file_bytes = uint64_t{1} << 30;  // data files hold about this much, at most
+  uint64_t min_file_bytes = uint64_t{64} << 20;    // ... and are not split below this
+  unsigned max_in_flight = 1;           // saves queued or running; one more waits
+  std::optional<unsigned> keep_last;    // retention: the newest N committed checkpoints ...
+  std::optional<int64_t> keep_every;    // ... plus those whose step is a multiple of K
+  bool durable = true;                  // fsync files and directories (off only for tests)
+  // Per-tensor XXH3-64 checksums computed while staging (cheap: the bytes are in cache). Off
+  // writes checksum_algorithm "none": loads and verify then check sizes and headers only.
+  bool checksums = true;
+};
+
+// The state of one save. Shared between the manager's thread and the caller.
+class PendingSave {
+ public:
+  struct State;
+  explicit PendingSave(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  const std::string& tag() const;
+  bool snapshot_done() const;  // the caller may now modify the source tensors
+  bool done() const;           // committed or failed
+  // Blocks until snapshot_done(); returns the failure if the save failed before that.
+  Status wait_snapshot() const;
+  // Blocks until done(); OK when committed. Marks the outcome as reported.
+  Status wait() const;
+  // Seconds spent: snapshot (first byte staged to last byte staged), and the whole save.
+  double snapshot_seconds() const;
+  double total_seconds() const;
+  uint64_t bytes() const;  // bytes written (all files)
+  // CPU seconds spent computing checksums (all files together; they overlap the writes).
+  double checksum_seconds() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+struct CheckpointInfo {
+  std::string tag;
+  std::optional<int64_t> step;
+  uint64_t sequence = 0;
+  double created_unix = 0;
+  uint64_t tensor_bytes = 0;
+  uint64_t total_bytes = 0;  // all files
+  size_t num_tensors = 0;
+};
+
+class CheckpointManager {
+ public:
+  // Creates `root` if needed, takes its lock (kBusy names the holder's pid when another
+  // manager has it) and removes the debris of crashed saves (.tmp-*, .trash-*).
+  static Result<std::unique_ptr<CheckpointManager>> open(const std::string& root,
+                                                         const CheckpointOptions& options = {});
+  ~CheckpointManager();  // close()
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  // Queues a save of `content` under `tag` (waiting while max_in_flight saves are pending).
+  // Errors returned here: a bad tag or tensor description (kInvalidArgument), a tag that is
+  // already committed (kAlreadyExists), the unreported failure of an earlier save, a closed
+  // manager. The source memory must stay unchanged until the result's snapshot_done().
+  Result<PendingSave> save_async(const std::string& tag, CheckpointContent content);
+  // save_async + wait.
+  Status save(const std::string& tag, CheckpointContent content);
+  // Waits for every pending save; the first unreported failure.
+  Status wait_all();
+  // Waits for pending snapshots only (what an optimizer hook waits for).
+  Status wait_snapshots();
+  // Waits for everything, then releases the lock. Idempotent; later saves fail.
+  Status close();
+
+  const std::string& root() const;
+  const CheckpointOptions& options() const;
+  IoEngine& engine();
+
+  // Committed checkpoints (see list_checkpoints) and removal. remove() never leaves a
+  // half-deleted checkpoint under its tag (rename first); it refuses a tag a pending save uses.
+  Result<std::vector<CheckpointInfo>> list() const;
+  Status remove(const std::string& tag);
+  // Applies keep_last / keep_every now (save() applies them after each commit). Never removes
+  // the newest committed checkpoint. Returns the removed tags.
+  Result<std::vector<std::string>> prune(std::optional<unsigned> keep_last,
+                                         std::optional<int64_t> keep_every);
+
+  struct Impl;
+
+ private:
+  explicit CheckpointManager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Tags are directory names: 1-200 characters of [A-Za-z0-9._-], not starting with '.', and not
+// "latest". kInvalidArgument says why not.
+Status validate_tag(const std::string& tag);
+
+}  // namespace fastpersist

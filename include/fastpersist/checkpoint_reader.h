@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading checkpoints: listing a root, finding the latest, verifying, and reading tensors with
+// parallel O_DIRECT into aligned memory or straight into the caller's memory. None of this
+// takes the root's lock: readers never modify a root.
+//
+// A directory counts as a committed checkpoint when its name is a valid tag, its manifest
+// decodes, and every file it names exists with the recorded size (cheap checks). Checksums are
+// verified by verify_checkpoint() and by CheckpointReader when asked.
+//
+// Thread-safety: free functions are safe from any thread; a CheckpointReader may be shared by
+// threads (each call is independent).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/io_engine.h"
+#include "fastpersist/manifest.h"
+#include "fastpersist/pinned_buffer.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist {
+
+inline constexpr std::string_view kLatestFileName = "latest";
+
+// Committed checkpoints under `root`, oldest to newest (manifest sequence, then tag). Directories
+// that fail the cheap checks are skipped; `skipped` (optional) receives "tag: reason" for each.
+Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root,
+                                                     std::vector<std::string>* skipped = nullptr);
+
+// The newest committed checkpoint (highest commit sequence), or nullopt. <root>/latest names the
+// same tag for other tools (a manager repairs it when a crash left it behind).
+Result<std::optional<std::string>> latest_checkpoint(const std::string& root);
+
+// Checks a checkpoint directory: manifest, every file's size and header checksum, every tensor's
+// checksum, and that each data file's safetensors header agrees with the manifest. Returns the
+// list of problems (empty when intact); an error only when the directory cannot be examined.
+// `progress(done_bytes, total_bytes)` is called as data is checked.
+struct VerifyReport {
+  std::vector<std::string> problems;  // "tensor 'model.w' in tensors-00000-of-00001...: ..."
+  uint64_t bytes_checked = 0;
+  bool has_checksums = true;  // false: saved without checksums; only sizes and headers checked
+  bool ok() const { return problems.empty(); }
+};
+Result<VerifyReport> verify_checkpoint(
+    const std::string& dir, IoEngine& engine,
+    const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+
+// One contiguous piece of a data file read into aligned memory: bytes [file_offset,
+// file_offset + size) of `file` are at buffer->data() + buffer_offset.
+struct LoadedSpan {
+  std::string file;
+  uint64_t file_offset = 0;
+  std::shared_ptr<PinnedBuffer> buffer;
+  size_t buffer_offset = 0;
+};
+
+// Where one tensor's bytes go: `destination` (the caller's memory, `length` bytes) or, when
+// null, a span the reader allocates.
+struct TensorReadRequest {
+  size_t tensor = 0;                  // index into manifest().tensors
+  std::byte* destination = nullptr;
+};
+
+class CheckpointReader {
+ public:
+  // Reads and decodes the manifest of the checkpoint directory `dir`.
+  static Result<std::unique_ptr<CheckpointReader>> open(const std::string& dir,
+                                                        std::shared_ptr<IoEngine> engine);
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+
+  // Reads the requested tensors. Requests without a destination are grouped per file into as
+  // few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
+  // rather than split); `spans[i]` and `offsets[i]` then locate request i's bytes
+  // (spans[i] == nullptr for requests with a destination). Every read is in flight at once,
+  // bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination; with
+  // `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
+  struct ReadResult {
+    std::vector<std::shared_ptr<LoadedSpan>> spans;  // per request
+    std::vector<const std::byte*> data;               // per request: where its bytes are
+  };
+  Result<ReadResult> read(const std::vector<TensorReadRequest>& requests, bool verify,
+                          uint64_t max_in_flight_bytes = 0, uint64_t max_gap_bytes = 1 << 20);
+
+  // The whole objects sidecar (empty when the checkpoint has none), checksum-checked.
+  Result<std::string> read_objects();
+
+ private:
+  CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine);
+  std::string dir_;
+  Manifest manifest_;
+  std::shared_ptr<IoEngine> engine_;
+};
+
+}  // namespace fastpersist

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checksums of checkpoint bytes: XXH3-64 (xxHash), the one algorithm manifests name today
+// ("xxh3-64"). It runs at memory speed, so computing it on bytes while they are staged for a
+// write costs little. Values are written as 16 lowercase hex digits.
+//
+// Thread-safety: the free functions are pure; one Xxh3Stream belongs to one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fastpersist {
+
+inline constexpr std::string_view kChecksumAlgorithm = "xxh3-64";
+// A manifest written without checksums (CheckpointOptions::checksums = false): every checksum
+// field is 0 and readers check sizes and headers only.
+inline constexpr std::string_view kNoChecksum = "none";
+
+// XXH3-64 (seed 0) of `bytes` bytes at `data`.
+uint64_t xxh3_64(const void* data, size_t bytes);
+
+// The same digest over data that arrives in pieces: update(a); update(b) == xxh3_64(a + b).
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(Xxh3Stream&& other) noexcept;
+  Xxh3Stream& operator=(Xxh3Stream&& other) noexcept;
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+
+  void update(const void* data, size_t bytes);
+  uint64_t digest() const;
+  void reset();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// "0123456789abcdef" (16 digits, zero-padded) and back; nullopt for anything else.
+std::string checksum_to_hex(uint64_t value);
+std::optional<uint64_t> checksum_from_hex(std::string_view text);
+
+}  // namespace fastpersist

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// The manifest of a checkpoint directory (manifest.json): the one file a reader trusts. It is
+// written last; a directory without a complete, well-formed manifest is not a checkpoint.
+// It names every file with its size and every tensor with its dtype, shape, file, absolute byte
+// offset, length and checksum, plus the run's metadata. Format: docs/format.md.
+//
+// Thread-safety: pure functions over plain values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fastpersist/status.h"
+
+namespace fastpersist {
+
+inline constexpr int kManifestFormatVersion = 1;
+inline constexpr std::string_view kManifestFileName = "manifest.json";
+inline constexpr std::string_view kManifestFormatName = "fastpersist-checkpoint";
+
+struct ManifestTensor {
+  std::string name;
+  std::string dtype;            // safetensors dtype name
+  std::vector<uint64_t> shape;
+  std::string file;             // file name inside the checkpoint directory
+  uint64_t offset = 0;          // absolute byte offset in that file
+  uint64_t length = 0;
+  uint64_t checksum = 0;        // of the tensor's bytes (manifest checksum_algorithm)
+};
+
+struct ManifestFile {
+  std::string name;             // inside the checkpoint directory, no '/'
+  std::string role;             // "tensors" (safetensors) or "objects" (pickled sidecar)
+  uint64_t size = 0;
+  // tensors files: checksum of bytes [0, data_start) (length prefix + JSON header);
+  // objects file: checksum of the whole file.
+  uint64_t checksum = 0;
+  uint64_t checksum_bytes = 0;  // how many leading bytes `checksum` covers
+};
+
+struct Manifest {
+  int format_version = kManifestFormatVersion;
+  std::string tag;
+  std::optional<int64_t> step;
+  uint64_t sequence = 0;           // commit order inside one root, 1, 2, 3, ...
+  double created_unix = 0;         // wall time of the commit, seconds since the epoch
+  std::string checksum_algorithm = "xxh3-64";
+  std::map<std::string, std::string> versions;  // fastpersist, torch, python, ...
+  std::string fingerprint;         // xxh3 of the sorted "name:dtype:shape" lines, hex
+  // The user's metadata: a JSON object (the caller checks that before encoding; anything else is
+  // written as {}). Decoding gives back its compact dump, with the keys in their stored order.
+  std::string metadata_json = "{}";
+  std::map<std::string, std::string> aliases;   // name -> stored tensor it shares memory with
+  std::vector<ManifestFile> files;
+  std::vector<ManifestTensor> tensors;
+
+  uint64_t tensor_bytes() const;
+  std::optional<size_t> find_tensor(std::string_view name) const;
+  const ManifestFile* find_file(std::string_view name) const;
+};
+
+// The model fingerprint over (name, dtype, shape) of `tensors`, order-independent.
+std::string manifest_fingerprint(const std::vector<ManifestTensor>& tensors);
+
+// JSON with one top-level field, file or tensor per line, ending in a newline.
+std::string encode_manifest(const Manifest& manifest);
+
+// Parses and checks a manifest: known format and version, every field present with the right
+// type, tensor files listed in `files`, offset + length within the file, no duplicate names,
+// aliases pointing at stored tensors. kDataLoss names what is wrong (`path` for messages).
+Result<Manifest> decode_manifest(std::string_view json, const std::string& path);
+
+// Reads `<dir>/manifest.json` and decodes it (kNotFound when absent).
+Result<Manifest> read_manifest(const std::string& dir);
+
+}  // namespace fastpersist

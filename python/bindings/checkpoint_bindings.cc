@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+// `_core.CheckpointManager`, `_core.PendingSave`, `_core.CheckpointReader` and the free functions
+// over checkpoint roots and safetensors headers. Tensors cross as (address, nbytes): the Python
+// façade keeps the tensor objects alive until the snapshot is done (saves) or the read returned.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/safetensors.h"
+
+namespace fastpersist::python {
+namespace {
+
+// (name, dtype, shape, address, nbytes) as the façade sends it.
+using TensorTuple = std::tuple<std::string, std::string, std::vector<uint64_t>, uintptr_t, uint64_t>;
+
+nb::dict info_dict(const CheckpointInfo& c) {
+  nb::dict d;
+  d["tag"] = c.tag;
+  d["step"] = c.step;
+  d["sequence"] = c.sequence;
+  d["created_unix"] = c.created_unix;
+  d["tensor_bytes"] = c.tensor_bytes;
+  d["total_bytes"] = c.total_bytes;
+  d["num_tensors"] = c.num_tensors;
+  return d;
+}
+
+nb::list info_list(const std::vector<CheckpointInfo>& all) {
+  nb::list out;
+  for (const CheckpointInfo& c : all) out.append(info_dict(c));
+  return out;
+}
+
+class PyCheckpointManager {
+ public:
+  PyCheckpointManager(const std::string& root, const CheckpointOptions& options) {
+    manager_ = unwrap(without_gil([&] { return CheckpointManager::open(root, options); }));
+  }
+
+  PendingSave save_async(const std::string& tag, const std::vector<TensorTuple>& tensors,
+                         const std::map<std::string, std::string>& aliases, nb::bytes objects,
+                         std::optional<int64_t> step, const std::string& metadata_json,
+                         const std::map<std::string, std::string>& versions) {
+    CheckpointContent c;
+    c.tensors.reserve(tensors.size());
+    for (const auto& [name, dtype, shape, address, nbytes] : tensors) {
+      c.tensors.push_back({name, dtype, shape, reinterpret_cast<const std::byte*>(address), nbytes});
+    }
+    c.aliases = aliases;
+    c.objects.assign(objects.c_str(), objects.size());
+    c.step = step;
+    c.metadata_json = metadata_json;
+    c.versions = versions;
+    return unwrap(without_gil([&] { return get().save_async(tag, std::move(c)); }));
+  }
+
+  CheckpointManager& get() {
+    if (!manager_) throw nb::value_error("the CheckpointManager is closed");
+    return *manager_;
+  }
+  void close() {
+    if (!manager_) return;
+    Status st = without_gil([&] { return manager_->close(); });
+    manager_.reset();
+    check(st);
+  }
+  bool closed() const { return manager_ == nullptr; }
+
+ private:
+  std::unique_ptr<CheckpointManager> manager_;
+};
+
+class PyCheckpointReader {
+ public:
+  PyCheckpointReader(const std::string& dir, const EngineOptions& options) {
+    reader_ = unwrap(without_gil([&]() -> Result<std::unique_ptr<CheckpointReader>> {
+      FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
+      return CheckpointReader::open(dir, std::shared_ptr<IoEngine>(std::move(engine)));
+    }));
+  }
+
+  // requests: (tensor index, destination address or 0). Returns (spans, placement): spans are
+  // PinnedBuffer objects; placement[i] = (span index or -1, byte offset in that span).
+  std::pair<nb::list, std::vector<std::pair<long, size_t>>> read(
+      const std::vector<std::pair<size_t, uintptr_t>>& requests, bool verify,
+      uint64_t max_in_flight_bytes, uint64_t max_gap_bytes) {
+    std::vector<TensorReadRequest> reqs;
+    reqs.reserve(requests.size());
+    for (const auto& [index, address] : requests) {
+      reqs.push_back({index, reinterpret_cast<std::byte*>(address)});
+    }
+    auto result = unwrap(without_gil(
+        [&] { return reader_->read(reqs, verify, max_in_flight_bytes, max_gap_bytes); }));
+    nb::list spans;
+    std::map<const LoadedSpan*, long> index_of;
+    std::vector<std::pair<long, size_t>> placement(requests.size(), {-1, 0});
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const auto& span = result.spans[i];
+      if (!span) continue;
+      auto [it, added] = index_of.emplace(span.get(), static_cast<long>(index_of.size()));
+      if (added) {
+        LockedBuffer b;
+        b.buffer = span->buffer;
+        b.nbytes = span->buffer->size();
+        spans.append(nb::cast(std::move(b)));
+      }
+      placement[i] = {it->second, static_cast<size_t>(result.data[i] - span->buffer->data())};
+    }
+    return {spans, placement};
+  }
+
+  nb::bytes read_objects() {
+    std::string bytes = unwrap(without_gil([&] { return reader_->read_objects(); }));
+    return nb::bytes(bytes.data(), bytes.size());
+  }
+
+  std::string manifest_json() const { return encode_manifest(reader_->manifest()); }
+  const std::string& dir() const { return reader_->dir(); }
+
+ private:
+  std::unique_ptr<CheckpointReader> reader_;
+};
+
+}  // namespace
+
+void bind_checkpoint(nb::module_& m) {
+  using namespace nb::literals;
+
+  nb::class_<CheckpointOptions>(m, "CheckpointOptions")
+      .def(nb::init<>())
+      .def_rw("engine", &CheckpointOptions::engine)
+      .def_rw("staging_budget_bytes", &CheckpointOptions::staging_budget_bytes)
+      .def_rw("staging_window_bytes", &CheckpointOptions::staging_window_bytes)
+      .def_rw("lock_staging_memory", &CheckpointOptions::lock_staging_memory)
+      .def_rw("max_parallel_files", &CheckpointOptions::max_parallel_files)
+      .def_rw("target_file_bytes", &CheckpointOptions::target_file_bytes)
+      .def_rw("min_file_bytes", &CheckpointOptions::min_file_bytes)
+      .def_rw("max_in_flight", &CheckpointOptions::max_in_flight)
+      .def_rw("keep_last", &CheckpointOptions::keep_last)
+      .def_rw("keep_every", &CheckpointOptions::keep_every)
+      .def_rw("durable", &CheckpointOptions::durable)
+      .def_rw("checksums", &CheckpointOptions::checksums);
+
+  nb::class_<PendingSave>(m, "PendingSave")
+      .def_prop_ro("tag", &PendingSave::tag)
+      .def("snapshot_done", &PendingSave::snapshot_done)
+      .def("done", &PendingSave::done)
+      .def("wait_snapshot", [](const PendingSave& p) { check(without_gil([&] { return p.wait_snapshot(); })); })
+      .def("wait", [](const PendingSave& p) { check(without_gil([&] { return p.wait(); })); })
+      .def_prop_ro("snapshot_seconds", &PendingSave::snapshot_seconds)
+      .def_prop_ro("total_seconds", &PendingSave::total_seconds)
+      .def_prop_ro("bytes", &PendingSave::bytes)
+      .def_prop_ro("checksum_seconds", &PendingSave::checksum_seconds);
+
+  nb::class_<PyCheckpointManager>(m, "CheckpointManager")
+      .def(nb::init<const std::string&, const CheckpointOptions&>(), "root"_a, "options"_a)
+      .def("save_async", &PyCheckpointManager::save_async, "tag"_a, "tensors"_a, "aliases"_a,
+           "objects"_a, "step"_a.none(), "metadata_json"_a, "versions"_a)
+      .def("wait_all", [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_all(); })); })
+      .def("wait_snapshots",
+           [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_snapshots(); })); })
+      .def("close", &PyCheckpointManager::close)
+      .def_prop_ro("closed", &PyCheckpointManager::closed)
+      .def("list", [](PyCheckpointManager& s) { return info_list(unwrap(s.get().list())); })
+      .def("remove", [](PyCheckpointManager& s, const std::string& tag) {
+        check(without_gil([&] { return s.get().remove(tag); }));
+      })
+      .def("prune",
+           [](PyCheckpointManager& s, std::optional<unsigned> keep_last, std::optional<int64_t> keep_every) {
+             return unwrap(without_gil([&] { return s.get().prune(keep_last, keep_every); }));
+           },
+           "keep_last"_a.none(), "keep_every"_a.none());
+
+  nb::class_<PyCheckpointReader>(m, "CheckpointReader")
+      .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)
+      .def("read", &PyCheckpointReader::read, "requests"_a, "verify"_a, "max_in_flight_bytes"_a,
+           "max_gap_bytes"_a)
+      .def("read_objects", &PyCheckpointReader::read_objects)
+      .def("manifest_json", &PyCheckpointReader::manifest_json)
+      .def_prop_ro("dir", &PyCheckpointReader::dir);
+
+  m.def("list_checkpoints", [](const std::string& root) {
+    std::vector<std::string> skipped;
+    auto all = unwrap(without_gil([&] { return list_checkpoints(root, &skipped); }));
+    return std::make_pair(info_list(all), utf8_list(skipped));
+  }, "root"_a);
+  m.def("latest_checkpoint", [](const std::string& root) {
+    return unwrap(without_gil([&] { return latest_checkpoint(root); }));
+  }, "root"_a);
+  m.def("validate_tag", [](const std::string& tag) { check(validate_tag(tag)); }, "tag"_a);
+  m.def(
+      "verify_checkpoint",
+      [](const std::string& dir, const EngineOptions& options, nb::object progress) {
+        std::function<void(uint64_t, uint64_t)> cb;
+        if (!progress.is_none()) {
+          cb = [&progress](uint64_t done, uint64_t total) {
+            nb::gil_scoped_acquire gil;
+            progress(done, total);
+          };
+        }
+        auto report = unwrap(without_gil([&]() -> Result<VerifyReport> {
+          FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
+          return verify_checkpoint(dir, *engine, cb);
+        }));
+        return nb::make_tuple(utf8_list(report.problems), report.bytes_checked, report.has_checksums);
+      },
+      "dir"_a, "engine_options"_a, "progress"_a.none());
+
+  m.def(
+      "encode_safetensors_header",
+      [](const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
+         const std::map<std::string, std::string>& metadata, uint32_t alignment) {
+        std::vector<SafetensorsEntry> es;
+        for (const auto& [name, dtype, shape] : entries) es.push_back({name, dtype, shape});
+        SafetensorsHeader layout;
+        std::string header = unwrap(encode_safetensors_header(es, metadata, alignment, &layout));
+        std::vector<std::pair<uint64_t, uint64_t>> offsets;
+        for (const auto& t : layout.tensors) offsets.emplace_back(t.begin, t.end);
+        return std::make_pair(nb::bytes(header.data(), header.size()), offsets);
+      },
+      "entries"_a, "metadata"_a, "alignment"_a);
+  m.def(
+      "read_safetensors_header",
+      [](const std::string& path) {
+        auto h = unwrap(without_gil([&] { return read_safetensors_header(path); }));
+        nb::list tensors;
+        for (const auto& t : h.tensors) tensors.append(nb::make_tuple(t.name, t.dtype, t.shape, t.begin, t.end));
+        return nb::make_tuple(tensors, h.metadata, h.data_start, h.data_bytes);
+      },
+      "path"_a);
+}
+
+}  // namespace fastpersist::python

@@ -1,0 +1,430 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``fastpersist.CheckpointManager``: durable, verified, asynchronous checkpoints.
+
+::
+
+    mgr = fastpersist.CheckpointManager("/mnt/nvme/run1", keep_last=3)
+    mgr.hook_optimizer(optimizer)            # step() waits only until the snapshot is taken
+    for step in range(...):
+        ...
+        if step % 1000 == 0:
+            mgr.save_async(step, {"model": model.state_dict(), "optim": optimizer.state_dict(),
+                                  "step": step})
+    mgr.close()
+    state = mgr.load(into={"model": model.state_dict()}, strict=False)   # or mgr.resume()
+
+Each checkpoint is a directory of safetensors files (4096-aligned, readable by the
+``safetensors`` library), a pickled sidecar for the non-tensor objects, and a manifest written
+last with every tensor's checksum; it appears under its tag only when complete (the commit
+protocol is in docs/commit_protocol.md, the format in docs/format.md).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import platform
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from . import _core
+from ._system import parse_size
+from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
+from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
+from .errors import CheckpointCorruptError
+from .writer import engine_options
+
+PathLike = Union[str, "os.PathLike[str]"]
+Size = Union[int, str]
+
+
+def tag_for(step_or_tag: Union[int, str]) -> str:
+    """The tag of a save: ``"step-00001000"`` for an int step, a string tag as it is."""
+    if isinstance(step_or_tag, bool):
+        raise TypeError("step_or_tag must be an int step or a str tag, not bool")
+    if isinstance(step_or_tag, int):
+        if not 0 <= step_or_tag < 2 ** 63:
+            raise ValueError(f"step must be >= 0 and < 2**63, got {step_or_tag}")
+        return f"step-{step_or_tag:08d}"
+    if isinstance(step_or_tag, str):
+        _core.validate_tag(step_or_tag)
+        return step_or_tag
+    raise TypeError(f"step_or_tag must be an int step or a str tag, not {type(step_or_tag).__name__}")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A committed checkpoint as ``CheckpointManager.checkpoints()`` lists it."""
+
+    tag: str
+    step: Optional[int]
+    sequence: int
+    created_unix: float
+    tensor_bytes: int
+    total_bytes: int
+    num_tensors: int
+
+
+def _source_tensor(name: str, t: torch.Tensor) -> torch.Tensor:
+    """The CPU, C-contiguous tensor whose memory the background snapshot copies."""
+    if t.device.type != "cpu":
+        # GPU tensors: one device-to-host copy on the caller's thread (pinned staging of GPU
+        # memory is not implemented yet; see docs/checkpoint.md).
+        t = t.detach().to("cpu")
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.detach()
+
+
+class SaveHandle:
+    """One save in progress: ``done()``, ``wait()``, ``result()``, ``snapshot_done()``."""
+
+    def __init__(self, pending: Any, keepalive: List[torch.Tensor]) -> None:
+        self._pending = pending
+        self._keepalive: Optional[List[torch.Tensor]] = keepalive
+        self._lock = threading.Lock()
+
+    @property
+    def tag(self) -> str:
+        return str(self._pending.tag)
+
+    def snapshot_done(self) -> bool:
+        """True once every tensor is copied: the training loop may modify them again."""
+        done = bool(self._pending.snapshot_done())
+        if done:
+            self._release()
+        return done
+
+    def done(self) -> bool:
+        """True once the checkpoint is committed (or the save failed)."""
+        return bool(self._pending.done())
+
+    def wait_snapshot(self) -> None:
+        """Blocks until the tensors are snapshotted; raises if the save failed before that."""
+        try:
+            self._pending.wait_snapshot()
+        finally:
+            if self._pending.snapshot_done():
+                self._release()
+
+    def wait(self) -> str:
+        """Blocks until committed; returns the tag, or raises the save's error."""
+        try:
+            self._pending.wait()
+        finally:
+            self._release()
+        return self.tag
+
+    result = wait
+
+    @property
+    def snapshot_seconds(self) -> float:
+        return float(self._pending.snapshot_seconds)
+
+    @property
+    def total_seconds(self) -> float:
+        return float(self._pending.total_seconds)
+
+    @property
+    def bytes(self) -> int:
+        return int(self._pending.bytes)
+
+    @property
+    def checksum_seconds(self) -> float:
+        """CPU seconds spent on checksums (computed on staged bytes while the writes run)."""
+        return float(self._pending.checksum_seconds)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._keepalive = None
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else ("writing" if self.snapshot_done() else "snapshotting")
+        return f"<SaveHandle {self.tag} {state}>"
+
+
+_OPEN_MANAGERS: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_managers() -> None:
+    # Interpreter exit finishes in-flight saves (the data is in staging memory already) rather
+    # than abandoning them half-written; failures are printed, since nobody is left to catch them.
+    for mgr in list(_OPEN_MANAGERS):
+        try:
+            mgr.close()
+        except Exception as e:  # noqa: BLE001 - reporting at exit is all that is left
+            warnings.warn(f"fastpersist: a checkpoint save failed at exit: {e}")
+
+
+class CheckpointManager:
+    """Saves and loads checkpoints under one root directory.
+
+    Args:
+        root: directory of the run's checkpoints (created if needed). One manager at a time may
+            write to it: a second one raises :class:`CheckpointLockedError`.
+        keep_last: after each commit keep only the newest N checkpoints (None: keep all).
+        keep_every: with keep_last, also keep every checkpoint whose step is a multiple of K.
+        max_in_flight: saves queued or running at once; ``save_async`` waits for room.
+        staging_budget: pinned staging memory for snapshots (bytes or "4GiB"); None means as
+            much as one checkpoint needs, kept and reused by later saves. Smaller budgets
+            stream the snapshot in pieces (the caller's tensors are then held longer).
+        max_parallel_files, target_file_size: data files written at once, and their size.
+        durable: fsync every file and directory (default; turn off only for throwaway runs).
+        checksums: XXH3-64 of every tensor, computed while staging and checked on load
+            (default). Off, loads and ``verify`` check sizes and headers only.
+        backend, block_size, queue_depth, intra_op_parallelism: I/O engine settings.
+    """
+
+    def __init__(
+        self,
+        root: PathLike,
+        keep_last: Optional[int] = None,
+        keep_every: Optional[int] = None,
+        *,
+        max_in_flight: int = 1,
+        staging_budget: Optional[Size] = None,
+        staging_window: Size = "64MiB",
+        lock_staging_memory: bool = True,
+        max_parallel_files: int = 4,
+        target_file_size: Size = "1GiB",
+        durable: bool = True,
+        checksums: bool = True,
+        backend: Optional[str] = None,
+        block_size: Optional[int] = None,
+        queue_depth: Optional[int] = None,
+        intra_op_parallelism: Optional[int] = None,
+    ) -> None:
+        if keep_last is not None and int(keep_last) < 1:
+            raise ValueError("keep_last must be >= 1 (the newest checkpoint is always kept)")
+        if keep_every is not None and int(keep_every) < 1:
+            raise ValueError("keep_every must be >= 1")
+        if int(max_in_flight) < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self._root = os.fspath(root)
+        self._engine_options = engine_options(backend, block_size, queue_depth, intra_op_parallelism)
+        o = _core.CheckpointOptions()
+        o.engine = self._engine_options
+        o.staging_budget_bytes = 0 if staging_budget is None else parse_size(staging_budget)
+        o.staging_window_bytes = parse_size(staging_window)
+        o.lock_staging_memory = bool(lock_staging_memory)
+        o.max_parallel_files = int(max_parallel_files)
+        o.target_file_bytes = parse_size(target_file_size)
+        o.max_in_flight = int(max_in_flight)
+        o.keep_last = None if keep_last is None else int(keep_last)
+        o.keep_every = None if keep_every is None else int(keep_every)
+        o.durable = bool(durable)
+        o.checksums = bool(checksums)
+        self._core = _core.CheckpointManager(self._root, o)
+        self._handles: List[SaveHandle] = []
+        self._hooks: List[Any] = []
+        _OPEN_MANAGERS.add(self)
+
+    # ------------------------------------------------------------------------------ saving
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def save(self, step_or_tag: Union[int, str], state: Any, *,
+             metadata: Optional[Dict[str, Any]] = None) -> str:
+        """Saves `state` and returns once it is committed and durable. Returns the tag."""
+        return self.save_async(step_or_tag, state, metadata=metadata).wait()
+
+    def save_async(self, step_or_tag: Union[int, str], state: Any, *,
+                   metadata: Optional[Dict[str, Any]] = None) -> SaveHandle:
+        """Starts a save and returns at once; see :class:`SaveHandle`.
+
+        The tensors are snapshotted into pinned staging memory in the background: do not modify
+        them until ``handle.snapshot_done()`` (an optimizer hooked with :meth:`hook_optimizer`
+        waits for that by itself). Raises here the failure of an earlier save nobody waited for.
+        """
+        tag = tag_for(step_or_tag)
+        step = step_or_tag if isinstance(step_or_tag, int) else None
+        if (step is None and isinstance(state, dict) and isinstance(state.get("step"), int)
+                and not isinstance(state["step"], bool) and -2 ** 63 <= state["step"] < 2 ** 63):
+            step = state["step"]
+        metadata_json = json.dumps(metadata if metadata is not None else {})
+        if not metadata_json.startswith("{"):
+            raise TypeError("metadata must be a dict of JSON-serializable values")
+        flat = flatten_state(state)
+        keepalive: List[torch.Tensor] = []
+        tensors: List[Tuple[str, str, List[int], int, int]] = []
+        for name, t in flat.tensors:
+            src = _source_tensor(name, t)
+            keepalive.append(src)
+            nbytes = src.numel() * src.element_size()
+            tensors.append((name, DTYPE_TO_SAFETENSORS[src.dtype], list(src.shape),
+                            src.data_ptr() if nbytes else 0, nbytes))
+        versions = {"torch": torch.__version__, "python": platform.python_version()}
+        self._forget_finished()
+        pending = self._core_manager().save_async(tag, tensors, flat.aliases, flat.objects, step,
+                                                  metadata_json, versions)
+        handle = SaveHandle(pending, keepalive)
+        self._handles.append(handle)
+        return handle
+
+    def wait(self) -> None:
+        """Waits for every save in flight; raises the first failure nobody collected."""
+        self._core_manager().wait_all()
+        self._forget_finished()
+
+    def wait_snapshots(self) -> None:
+        """Waits until every in-flight save has snapshotted its tensors."""
+        self._core_manager().wait_snapshots()
+
+    def hook_optimizer(self, optimizer: torch.optim.Optimizer) -> Any:
+        """Makes ``optimizer.step()`` wait until pending snapshots are taken.
+
+        Between saves the hook costs one check. Returns the hook handle (``.remove()``).
+        """
+        def _pre_step(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            if any(not h.snapshot_done() for h in self._handles):
+                self.wait_snapshots()
+
+        hook = optimizer.register_step_pre_hook(_pre_step)
+        self._hooks.append(hook)
+        return hook
+
+    def close(self) -> None:
+        """Finishes in-flight saves and releases the root; raises an uncollected failure."""
+        if self._core.closed:
+            return
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        try:
+            self._core.close()
+        finally:
+            self._handles.clear()
+            _OPEN_MANAGERS.discard(self)
+
+    def __enter__(self) -> "CheckpointManager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------- listing/loading
+    def checkpoints(self) -> List[CheckpointInfo]:
+        """Committed checkpoints, oldest to newest."""
+        infos, _ = _core.list_checkpoints(self._root)
+        return [CheckpointInfo(**i) for i in infos]
+
+    def list(self) -> List[str]:
+        """Committed tags, oldest to newest."""
+        return [c.tag for c in self.checkpoints()]
+
+    def latest(self) -> Optional[str]:
+        """The newest committed tag (as the ``latest`` pointer names it), or None."""
+        return _core.latest_checkpoint(self._root)
+
+    def path(self, tag: str) -> str:
+        return os.path.join(self._root, tag)
+
+    def load(
+        self,
+        tag: Union[int, str] = "latest",
+        into: Any = None,
+        map_location: Any = "cpu",
+        keys: KeySelection = None,
+        dtype: DtypeSpec = None,
+        strict: bool = True,
+        verify: bool = True,
+        *,
+        max_memory: Optional[Size] = None,
+        weights_only: bool = True,
+    ) -> Any:
+        """Loads a checkpoint and returns the saved state.
+
+        Args:
+            tag: a tag, a step, or "latest".
+            into: existing tensors to fill in place (a nested dict like the saved state, e.g.
+                ``{"model": model.state_dict()}``, or an ``nn.Module``). Their bytes are read
+                straight into that memory; the returned state holds those same tensors.
+            keys: a list of names (``"model.lm_head.weight"``) or a predicate on names.
+                Unselected tensors are left out of the returned state.
+            dtype: convert on load: one dtype for every floating-point tensor, or {name: dtype}.
+            strict: raise on missing/unexpected names and shape mismatches (all listed).
+            verify: check every tensor's checksum (raises CheckpointCorruptError).
+            max_memory: cap on the bytes read at a time (bytes or "1GiB"); in-place loads of a
+                large checkpoint then need little extra memory.
+            weights_only: restrict what the sidecar may unpickle (see checkpoint_state).
+        """
+        name = self._resolve(tag)
+        return load_checkpoint_dir(
+            self.path(name), self._engine_options, into=into, map_location=map_location,
+            keys=keys, dtype=dtype, strict=strict, verify=verify,
+            max_memory=None if max_memory is None else parse_size(max_memory),
+            weights_only=weights_only)
+
+    def resume(self, **load_args: Any) -> Tuple[Optional[str], Any]:
+        """Loads the newest checkpoint that verifies: ``(tag, state)``, or ``(None, None)``.
+
+        Damaged checkpoints are skipped with a warning naming the damage.
+        """
+        for info in reversed(self.checkpoints()):
+            try:
+                return info.tag, self.load(info.tag, **{"verify": True, **load_args})
+            except CheckpointCorruptError as e:
+                warnings.warn(f"fastpersist: skipping damaged checkpoint {info.tag}: {e}")
+        return None, None
+
+    def verify(self, tag: Union[int, str] = "latest",
+               progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
+        """Checks every byte of a checkpoint; returns the problems found (empty when intact)."""
+        problems, _, _ = _core.verify_checkpoint(self.path(self._resolve(tag)), self._engine_options,
+                                              progress)
+        return list(problems)
+
+    def remove(self, tag: Union[int, str]) -> None:
+        self._core_manager().remove(tag_for(tag))
+
+    def prune(self, keep_last: Optional[int] = None, keep_every: Optional[int] = None) -> List[str]:
+        """Applies a retention policy now; returns the removed tags."""
+        return list(self._core_manager().prune(keep_last, keep_every))
+
+    def export_hf(self, tag: Union[int, str], out_dir: PathLike, *, config: Any = None,
+                  prefix: str = "model.", max_shard_size: Size = "5GB") -> List[str]:
+        """Writes a Hugging Face model folder from a checkpoint; see fastpersist.hf."""
+        from .hf import export_hf  # transformers-specific code stays out of the import path
+
+        return export_hf(self, self._resolve(tag), out_dir, config=config, prefix=prefix,
+                         max_shard_size=max_shard_size)
+
+    # ---------------------------------------------------------------------------- helpers
+    def _resolve(self, tag: Union[int, str]) -> str:
+        if tag == "latest":
+            latest = self.latest()
+            if latest is None:
+                raise FileNotFoundError(f"no committed checkpoint under {self._root}")
+            return latest
+        name = tag_for(tag)
+        if not os.path.isdir(self.path(name)):
+            raise FileNotFoundError(f"no checkpoint {name!r} under {self._root} "
+                                    f"(committed: {', '.join(self.list()) or 'none'})")
+        return name
+
+    def _core_manager(self) -> Any:
+        if self._core.closed:
+            raise ValueError(f"the CheckpointManager for {self._root} is closed")
+        return self._core
+
+    def _forget_finished(self) -> None:
+        self._handles = [h for h in self._handles if not h.done()]
+
+    def __repr__(self) -> str:
+        return f"<CheckpointManager {self._root}{' closed' if self._core.closed else ''}>"
+
+
+def load_checkpoint(path: PathLike, **load_args: Any) -> Any:
+    """Loads one checkpoint directory without a manager (and without taking the root's lock)."""
+    opts = engine_options()
+    size = load_args.pop("max_memory", None)
+    return load_checkpoint_dir(os.fspath(path), opts,
+                               max_memory=None if size is None else parse_size(size), **load_args)

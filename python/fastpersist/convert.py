@@ -1,0 +1,409 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Convert between torch files, safetensors files and fastpersist checkpoint directories.
+
+::
+
+    python -m fastpersist.convert model.pt model.safetensors
+    python -m fastpersist.convert model.safetensors ckpts/step-00001000   # a new checkpoint
+    python -m fastpersist.convert model.safetensors ckpts --tag imported  # ckpts/imported
+    python -m fastpersist.convert ckpts/step-00001000 model.safetensors --prefix model.
+    python -m fastpersist.convert ckpts/step-00001000 state.pt
+
+(``fastpersist convert ...`` runs this.) Formats are told apart by the path:
+
+- SRC: a directory with ``manifest.json`` is a checkpoint; a directory without one is a root,
+  whose latest checkpoint is converted; a ``*.safetensors`` file (or any file that starts with
+  a valid safetensors header) is safetensors; any other file is a torch file, loaded with
+  ``torch.load(weights_only=True)`` (``--unsafe-pickle``: ``weights_only=False``, only for files
+  you trust).
+- DST: ``*.safetensors`` is a safetensors file; ``*.pt``, ``*.pth``, ``*.bin``, ``*.ckpt`` a torch
+  file (written with :func:`fastpersist.save`, loadable by ``torch.load``); anything else is a new
+  checkpoint directory ``ROOT/TAG`` written with :class:`fastpersist.CheckpointManager`, where
+  DST is ``ROOT/TAG``, or DST is ``ROOT`` and ``--tag TAG``.
+
+A safetensors file is a flat ``{name: tensor}`` map: a nested state is flattened with the names
+of :func:`fastpersist.checkpoint_state.flatten_state` (``"model.layer.0.weight"``), and a state
+with non-tensor values (a step counter, optimizer ``param_groups``) is refused unless
+``--drop-non-tensors``. Tied tensors (aliases) are written once per name. ``--prefix P`` keeps
+only the tensors whose name starts with P, and strips it (``--prefix model.`` turns a training
+checkpoint into the model's ``state_dict``).
+
+Exit status: 0 done, 1 failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import pickle
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _core
+from .checkpoint_state import flatten_state
+
+__all__ = ["ConvertError", "convert", "main"]
+
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+SAFETENSORS_SUFFIX = ".safetensors"
+MANIFEST = "manifest.json"
+_MAX_LISTED = 8
+
+
+class ConvertError(Exception):
+    """A conversion that cannot be done; the message says why (exit status 1)."""
+
+    exit_code = 1
+
+
+class ConvertUsageError(ConvertError):
+    """Bad arguments: a path that does not exist, an option that does not apply (exit 2)."""
+
+    exit_code = 2
+
+
+@dataclass
+class _Source:
+    kind: str  # "torch", "safetensors", "checkpoint"
+    path: str
+    notes: List[str] = field(default_factory=list)
+
+
+@dataclass
+class _Destination:
+    kind: str  # "torch", "safetensors", "checkpoint"
+    path: str
+    root: str = ""
+    tag: str = ""
+
+
+def _human(n: int) -> str:
+    """Binary units like the CLI's text output: 4096 -> "4 KiB", 1536 -> "1.50 KiB"."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    unit = 0
+    while unit + 1 < len(units) and n >= 1024 << (10 * unit):
+        unit += 1
+    scale = 1 << (10 * unit)
+    return f"{n // scale} {units[unit]}" if n % scale == 0 else f"{n / scale:.2f} {units[unit]}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_MAX_LISTED])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > _MAX_LISTED else "")
+
+
+def _is_safetensors_file(path: str) -> bool:
+    if path.endswith(SAFETENSORS_SUFFIX):
+        return True
+    try:
+        _core.read_safetensors_header(path)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not safetensors"
+        return False
+
+
+# ----------------------------------------------------------------------------- detection
+def _detect_source(src: str) -> _Source:
+    if not os.path.exists(src):
+        raise ConvertUsageError(f"SRC {src} does not exist")
+    if os.path.isdir(src):
+        if os.path.isfile(os.path.join(src, MANIFEST)):
+            return _Source("checkpoint", src)
+        latest = _core.latest_checkpoint(src)
+        if latest is None:
+            raise ConvertUsageError(
+                f"SRC {src} is a directory without {MANIFEST}: neither a checkpoint nor a root "
+                "with committed checkpoints")
+        return _Source("checkpoint", os.path.join(src, latest),
+                       [f"{src} is a checkpoint root: converting its latest checkpoint, {latest}"])
+    if _is_safetensors_file(src):
+        return _Source("safetensors", src)
+    return _Source("torch", src)
+
+
+def _detect_destination(dst: str, tag: Optional[str], overwrite: bool) -> _Destination:
+    lower = dst.lower()
+    if lower.endswith(SAFETENSORS_SUFFIX) or lower.endswith(TORCH_SUFFIXES):
+        kind = "safetensors" if lower.endswith(SAFETENSORS_SUFFIX) else "torch"
+        if tag is not None:
+            raise ConvertUsageError(f"--tag applies to checkpoint destinations, not to the "
+                                    f"{kind} file {dst}")
+        if os.path.isdir(dst):
+            raise ConvertUsageError(f"DST {dst} is a directory, not a {kind} file")
+        if os.path.exists(dst) and not overwrite:
+            raise ConvertUsageError(f"DST {dst} exists; pass --overwrite to replace it")
+        return _Destination(kind, dst)
+    if tag is not None:
+        if os.path.isfile(os.path.join(dst, MANIFEST)):
+            raise ConvertUsageError(f"with --tag, DST is the root that gets the new checkpoint, "
+                                    f"but {dst} is a checkpoint directory itself")
+        if os.path.exists(dst) and not os.path.isdir(dst):
+            raise ConvertUsageError(f"DST {dst} is a file, not a checkpoint root")
+        root = dst
+    else:
+        if os.path.isfile(os.path.join(dst, MANIFEST)):
+            raise ConvertUsageError(f"DST {dst} is an existing checkpoint; checkpoints are never "
+                                    "replaced: choose a new tag")
+        if os.path.isdir(dst):
+            raise ConvertUsageError(f"DST {dst} exists; to add a checkpoint to the root {dst}, "
+                                    "pass --tag TAG")
+        if os.path.exists(dst):
+            raise ConvertUsageError(
+                f"DST {dst} is an existing file of unknown type; name a *.safetensors or "
+                f"*{'/*'.join(TORCH_SUFFIXES)} file, or a new checkpoint directory ROOT/TAG")
+        stripped = dst.rstrip("/") or dst
+        root, tag = os.path.split(stripped)
+        root = root or "."
+    try:
+        _core.validate_tag(tag)
+    except ValueError as e:
+        raise ConvertUsageError(f"{tag!r} cannot be a checkpoint tag: {e}") from None
+    path = os.path.join(root, tag)
+    if os.path.exists(path):
+        raise ConvertUsageError(f"{path} already exists; checkpoints are never replaced")
+    return _Destination("checkpoint", path, root, tag)
+
+
+# ----------------------------------------------------------------------------- loading
+def _load_torch(path: str, unsafe: bool) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not unsafe)
+    except pickle.UnpicklingError as e:
+        if unsafe:
+            raise ConvertError(f"{path} is not a loadable torch file: {e}") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConvertError(
+            f"torch.load(weights_only=True) refused {path}: {first}. If you trust this file, "
+            "pass --unsafe-pickle (it may run arbitrary code while loading)") from None
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch.load fails on garbage in many ways
+        raise ConvertError(f"{path} is not a loadable torch file "
+                           f"({type(e).__name__}: {e})") from None
+
+
+def _load(src: _Source, unsafe: bool, prefix: Optional[str]) -> Any:
+    if src.kind == "torch":
+        return _load_torch(src.path, unsafe)
+    if src.kind == "safetensors":
+        from .safetensors_io import load_safetensors
+
+        return load_safetensors(src.path)
+    from .checkpoint import load_checkpoint
+    from .checkpoint_state import UnsafeCheckpointObjectError
+
+    keys = None if prefix is None else (lambda n: n.startswith(prefix))
+    try:
+        return load_checkpoint(src.path, keys=keys, weights_only=not unsafe)
+    except UnsafeCheckpointObjectError as e:
+        raise ConvertError(f"{src.path}: the checkpoint's objects need globals that "
+                           f"weights_only=True refuses ({e}); if you trust it, pass "
+                           "--unsafe-pickle") from None
+
+
+# ----------------------------------------------------------------------------- shaping
+def _non_tensor_values(state: Any, name: str = "") -> List[str]:
+    """Paths of the values a safetensors file cannot hold (walking what flatten_state walks)."""
+    out: List[str] = []
+    if isinstance(state, torch.Tensor):
+        return out
+    if type(state) in (dict, collections.OrderedDict):
+        if not state:
+            return [f"{name or '<top level>'} (empty dict)"]
+        for k, v in state.items():
+            if not isinstance(k, (str, int)) or isinstance(k, bool):
+                out.append(f"{name + '.' if name else ''}{k!r} (key of type {type(k).__name__})")
+                continue
+            out += _non_tensor_values(v, f"{name}.{k}" if name else str(k))
+        return out
+    if type(state) in (list, tuple):
+        if not state:
+            return [f"{name or '<top level>'} (empty {type(state).__name__})"]
+        for i, v in enumerate(state):
+            out += _non_tensor_values(v, f"{name}.{i}" if name else str(i))
+        return out
+    return [f"{name or '<top level>'} ({type(state).__name__})"]
+
+
+def _flat_tensors(state: Any) -> Dict[str, torch.Tensor]:
+    """{name: tensor} of every tensor flatten_state finds; aliases become their own names."""
+    try:
+        flat = flatten_state(state)
+    except ValueError as e:
+        raise ConvertError(f"cannot name the tensors of SRC: {e}") from None
+    out = dict(flat.tensors)
+    for alias, target in flat.aliases.items():
+        out[alias] = out[target]
+    return out
+
+
+def _select_prefix(state: Any, prefix: str) -> Dict[str, torch.Tensor]:
+    flat = _flat_tensors(state)
+    out: Dict[str, torch.Tensor] = {}
+    for name, t in flat.items():
+        if name.startswith(prefix):
+            stripped = name[len(prefix):]
+            if not stripped:
+                raise ConvertError(f"--prefix {prefix!r} is a whole tensor name; end it with '.' "
+                                   "to select the tensors under it")
+            out[stripped] = t
+    if not out:
+        sample = _listed(sorted(flat)) if flat else "none"
+        raise ConvertError(f"no tensor name starts with {prefix!r} (names: {sample})")
+    return out
+
+
+def _for_safetensors(state: Any, drop: bool, notes: List[str]) -> Dict[str, torch.Tensor]:
+    if isinstance(state, torch.Tensor) or type(state) not in (dict, collections.OrderedDict):
+        raise ConvertError(f"SRC holds a {type(state).__name__}, but a safetensors file needs a "
+                           "dict of tensors")
+    others = _non_tensor_values(state)
+    if others and not drop:
+        raise ConvertError(
+            f"SRC holds {len(others)} non-tensor value(s) a safetensors file cannot store: "
+            f"{_listed(others)}. Pass --drop-non-tensors to leave them out, --prefix to select "
+            "tensors, or convert to a checkpoint directory or .pt file, which keep them")
+    if others:
+        notes.append(f"left out {len(others)} non-tensor value(s): {_listed(others)}")
+    flat = _flat_tensors(state)
+    if not flat:
+        raise ConvertError("SRC holds no tensors")
+    return flat
+
+
+def _owning_copies(state: Any) -> Any:
+    """The state with every tensor that views a larger buffer cloned, so torch.save writes only
+    its own bytes (loaders return views of one read buffer). Shared tensors stay shared."""
+    memo: Dict[int, torch.Tensor] = {}
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            if id(x) not in memo:
+                own = x.untyped_storage().nbytes() == x.numel() * x.element_size()
+                memo[id(x)] = x if own and x.storage_offset() == 0 else x.clone()
+            return memo[id(x)]
+        if type(x) in (dict, collections.OrderedDict):
+            return type(x)((k, walk(v)) for k, v in x.items())
+        if type(x) is list:
+            return [walk(v) for v in x]
+        if type(x) is tuple:
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(state)
+
+
+def _summary(state: Any) -> Tuple[int, int]:
+    """(number of tensors, bytes) as flatten_state sees the state."""
+    try:
+        flat = flatten_state(state)
+    except ValueError:
+        return 0, 0
+    return len(flat.tensors), sum(t.numel() * t.element_size() for _, t in flat.tensors)
+
+
+# ----------------------------------------------------------------------------- the conversion
+def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[str] = None,
+            drop_non_tensors: bool = False, unsafe_pickle: bool = False,
+            overwrite: bool = False) -> List[str]:
+    """Converts SRC to DST (see the module's docstring); returns lines describing what it did.
+
+    Raises :class:`ConvertError` (or :class:`ConvertUsageError`) with a message for the user.
+    """
+    source = _detect_source(src)
+    dest = _detect_destination(dst, tag, overwrite)
+    if os.path.exists(dest.path) and os.path.samefile(source.path, dest.path):
+        raise ConvertUsageError("SRC and DST are the same file")
+    notes = list(source.notes)
+    state = _load(source, unsafe_pickle, prefix)
+    if prefix is not None:
+        state = _select_prefix(state, prefix)
+
+    if dest.kind == "safetensors":
+        from .safetensors_io import save_safetensors
+
+        tensors = _for_safetensors(state, drop_non_tensors, notes)
+        try:
+            save_safetensors(tensors, dest.path)
+        except (TypeError, ValueError) as e:
+            raise ConvertError(f"cannot write {dest.path}: {e}") from None
+        written = f"safetensors file {dest.path}"
+        count, nbytes = len(tensors), sum(t.numel() * t.element_size() for t in tensors.values())
+    elif dest.kind == "torch":
+        from .serialization import save
+
+        state = _owning_copies(state)
+        save(state, dest.path)
+        written = f"torch file {dest.path}"
+        count, nbytes = _summary(state)
+    else:
+        from .checkpoint import CheckpointManager
+        from .errors import CheckpointLockedError
+
+        try:
+            manager = CheckpointManager(dest.root)
+        except CheckpointLockedError as e:
+            raise ConvertError(str(e)) from None
+        try:
+            manager.save(dest.tag, state, metadata={"converted_from": os.path.abspath(src)})
+        finally:
+            manager.close()
+        written = f"checkpoint {dest.path} (root {dest.root}, tag {dest.tag})"
+        count, nbytes = _summary(state)
+    lines = [f"converted {source.kind} {source.path} -> {written}: "
+             f"{count} tensor{'s' if count != 1 else ''}, {_human(nbytes)}"]
+    return lines + [f"note: {n}" for n in notes]
+
+
+def _parser(prog: Optional[str]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog or "python -m fastpersist.convert",
+        description="Convert between torch files (.pt/.pth/.bin/.ckpt), .safetensors files and "
+                    "fastpersist checkpoint directories.",
+        epilog="DST *.safetensors: a safetensors file; *.pt/.pth/.bin/.ckpt: a torch file; "
+               "anything else: a new checkpoint directory ROOT/TAG (or ROOT with --tag TAG). "
+               "Exit status: 0 done, 1 failed, 2 bad arguments.")
+    p.add_argument("src", metavar="SRC",
+                   help="torch file, .safetensors file, checkpoint directory, or root (its latest)")
+    p.add_argument("dst", metavar="DST", help="where to write (the format follows from the name)")
+    p.add_argument("--tag", help="checkpoint DST: DST is the root, TAG the new checkpoint's tag")
+    p.add_argument("--prefix", help="only tensors whose name starts with PREFIX, stripped of it")
+    p.add_argument("--drop-non-tensors", action="store_true",
+                   help="safetensors DST: leave out non-tensor values instead of failing")
+    p.add_argument("--unsafe-pickle", action="store_true",
+                   help="torch.load / checkpoint objects with weights_only=False (runs pickled "
+                        "code: only for files you trust)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DST file")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    parser = _parser(prog)
+    args = parser.parse_args(argv)  # exits 2 on bad arguments
+    name = parser.prog
+    try:
+        lines = convert(args.src, args.dst, tag=args.tag, prefix=args.prefix,
+                        drop_non_tensors=args.drop_non_tensors, unsafe_pickle=args.unsafe_pickle,
+                        overwrite=args.overwrite)
+    except ConvertError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line for the user; FASTPERSIST_DEBUG=1 for more
+        if os.environ.get("FASTPERSIST_DEBUG"):
+            raise
+        print(f"{name}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// File-system steps of the checkpoint commit protocol and of retention (private to
+// src/checkpoint). Every function reports errno, the operation and the path.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fastpersist/status.h"
+
+namespace fastpersist::checkpoint {
+
+std::string join_path(const std::string& dir, std::string_view name);
+
+// fsync of a directory, so that entries created or renamed in it are durable.
+Status fsync_dir(const std::string& dir);
+// Creates (O_EXCL) and writes `path` with `bytes`, then fdatasyncs it when `durable`.
+Status write_new_file(const std::string& path, std::string_view bytes, bool durable);
+// The whole content of a small file.
+Result<std::string> read_small_file(const std::string& path, size_t max_bytes = 64 << 20);
+// Replaces `path` atomically: <dir>/.<name>.tmp-<pid> written + fsynced, renamed, dir fsynced.
+Status replace_file_atomically(const std::string& path, std::string_view bytes, bool durable);
+// rename() that fails with kAlreadyExists instead of replacing an existing target.
+Status rename_no_replace(const std::string& from, const std::string& to);
+// rm -rf; a missing path is fine.
+Status remove_tree(const std::string& path);
+// Names in `dir` (not "." or ".."), unsorted.
+Result<std::vector<std::string>> list_dir(const std::string& dir);
+// Size of a regular file (kNotFound when absent, kDataLoss when not a regular file).
+Result<uint64_t> file_size(const std::string& path);
+// A short string unique within this machine for temporary names: "<pid>-<counter>-<random>".
+std::string unique_suffix();
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+// CheckpointManager: the lock, the queue of saves and the thread that runs them, failure
+// reporting, and retention. The commit protocol itself is in save_job.cc.
+#include <sys/stat.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/pending_save.h"
+#include "checkpoint/retention.h"
+#include "checkpoint/root_lock.h"
+#include "checkpoint/save_job.h"
+#include "checkpoint/staging_pool.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+
+namespace fastpersist {
+
+using checkpoint::join_path;
+
+struct CheckpointManager::Impl {
+  Impl(std::string r, const CheckpointOptions& o)
+      : root(std::move(r)),
+        options(o),
+        pool(o.staging_window_bytes,
+             o.staging_budget_bytes,
+             o.lock_staging_memory) {}
+
+  // The first failure of a finished save that nobody has reported; forgets finished saves.
+  Status take_failure_locked() {
+    Status first;
+    std::vector<std::shared_ptr<PendingSave::State>> keep;
+    for (auto& s : history) {
+      Status f = s->take_unreported_failure();
+      if (first.is_ok() && !f.is_ok()) first = f;
+      bool done;
+      {
+        std::lock_guard l(s->mu);
+        done = s->done;
+      }
+      if (!done) keep.push_back(s);
+    }
+    history.swap(keep);
+    return first;
+  }
+
+  void run() {
+    std::unique_lock lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;
+      checkpoint::SaveJob job = std::move(queue.front());
+      queue.pop_front();
+      job.sequence = next_sequence++;
+      lock.unlock();
+      job.state->mark_started();
+      uint64_t bytes = 0;
+      Status st = checkpoint::run_save_job(job, options, pool, *engine, &bytes);
+      if (st.is_ok() && options.keep_last) {
+        auto removed = prune_now(options.keep_last, options.keep_every, job.tag);
+        if (!removed.is_ok()) {
+          st = Status(removed.status().code(),
+                      "checkpoint '" + job.tag + "' is committed, but removing older ones failed: " +
+                          removed.status().message(),
+                      removed.status().sys_errno())
+                   .with_path(removed.status().path());
+        }
+      }
+      // Release the caller's references to the source memory only when nothing reads it.
+      job.content.tensors.clear();
+      lock.lock();
+      // Finished under the manager's lock (order: mu, then the state's mu), so whoever sees the
+      // save done also sees its tag no longer pending: remove(tag) or a new save of the tag
+      // right after wait() is not refused as "being saved".
+      job.state->finish(std::move(st), bytes);
+      --pending;
+      pending_tags.erase(job.tag);
+      cv.notify_all();
+    }
+  }
+
+  Status remove_now(const std::string& tag) {
+    FP_RETURN_IF_ERROR(validate_tag(tag));
+    std::string dir = join_path(root, tag);
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return Status(StatusCode::kNotFound, "no checkpoint '" + tag + "'", ENOENT).with_path(dir);
+    }
+    std::string trash = join_path(root, std::string(checkpoint::kTrashDirPrefix) + tag + "-" +
+                                            checkpoint::unique_suffix());
+    // Renamed first, so the tag vanishes at once and a half-removed tree is never listed.
+    if (::rename(dir.c_str(), trash.c_str()) != 0) {
+      return Status::from_errno(errno, "cannot move checkpoint '" + tag + "' aside to remove it").with_path(dir);
+    }
+    if (options.durable) FP_RETURN_IF_ERROR(checkpoint::fsync_dir(root));
+    return checkpoint::remove_tree(trash);
+  }
+
+  // Removes what the policy selects; `keep_tag` (the one just committed) is never removed.
+  Result<std::vector<std::string>> prune_now(std::optional<unsigned> keep_last,
+                                             std::optional<int64_t> keep_every,
+                                             const std::string& keep_tag) {
+    FP_ASSIGN_OR_RETURN(auto committed, list_checkpoints(root));
+    std::vector<std::string> removed;
+    for (const std::string& tag : checkpoint::select_for_removal(committed, keep_last, keep_every)) {
+      if (tag == keep_tag) continue;
+      {
+        std::lock_guard l(mu);
+        if (pending_tags.count(tag) != 0) continue;
+      }
+      FP_RETURN_IF_ERROR(remove_now(tag));
+      removed.push_back(tag);
+    }
+    return removed;
+  }
+
+  const std::string root;
+  const CheckpointOptions options;
+  std::shared_ptr<IoEngine> engine;
+  checkpoint::StagingPool pool;
+  checkpoint::RootLock root_lock;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<checkpoint::SaveJob> queue;
+  size_t pending = 0;  // queued + running
+  std::set<std::string> pending_tags;
+  std::vector<std::shared_ptr<PendingSave::State>> history;  // outcomes not yet collected
+  uint64_t next_sequence = 1;
+  bool stop = false;
+  bool closed = false;
+  std::mutex close_mu;  // serializes close(); taken before mu
+  std::thread worker;
+};
+
+namespace {
+
+// Removes what crashed saves and removals left behind. Only the lock holder may do this.
+Status clean_debris(const std::string& root) {
+  FP_ASSIGN_OR_RETURN(auto names, checkpoint::list_dir(root));
+  for (const std::string& name : names) {
+    bool debris = name.rfind(checkpoint::kTempDirPrefix, 0) == 0 ||
+                  name.rfind(checkpoint::kTrashDirPrefix, 0) == 0 ||
+                  name.rfind(".latest.tmp-", 0) == 0;
+    if (debris) FP_RETURN_IF_ERROR(checkpoint::remove_tree(join_path(root, name)));
+  }
+  return Status::ok();
+}
+
+// A crash between a commit and the pointer's update leaves `latest` naming an older checkpoint
+// (or a removed one); the lock holder puts it right.
+Status repair_latest_pointer(const std::string& root, const std::vector<CheckpointInfo>& committed,
+                             bool durable) {
+  if (committed.empty()) return Status::ok();
+  std::string path = join_path(root, kLatestFileName);
+  std::string want = committed.back().tag + "\n";
+  auto have = checkpoint::read_small_file(path, 4096);
+  if (have.is_ok() && *have == want) return Status::ok();
+  return checkpoint::replace_file_atomically(path, want, durable);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::string& root,
+                                                                   const CheckpointOptions& options) {
+  if (root.empty()) return Status(StatusCode::kInvalidArgument, "checkpoint root is empty");
+  if (options.staging_window_bytes < 4096 || options.staging_window_bytes % 4096 != 0) {
+    return Status(StatusCode::kInvalidArgument, "staging_window_bytes must be a positive multiple of 4096");
+  }
+  if (options.max_in_flight == 0) return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
+  if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::from_errno(errno, "cannot create the checkpoint root").with_path(root);
+  }
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status(StatusCode::kInvalidArgument, "checkpoint root is not a directory").with_path(root);
+  }
+  auto impl = std::make_unique<Impl>(root, options);
+  FP_ASSIGN_OR_RETURN(impl->root_lock, checkpoint::RootLock::acquire(root));
+  FP_RETURN_IF_ERROR(clean_debris(root));
+  FP_ASSIGN_OR_RETURN(auto engine, IoEngine::create(options.engine));
+  impl->engine = std::move(engine);
+  FP_ASSIGN_OR_RETURN(auto committed, list_checkpoints(root));
+  for (const CheckpointInfo& c : committed) impl->next_sequence = std::max(impl->next_sequence, c.sequence + 1);
+  FP_RETURN_IF_ERROR(repair_latest_pointer(root, committed, options.durable));
+  Impl* raw = impl.get();
+  impl->worker = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(impl)));
+}
+
+CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CheckpointManager::~CheckpointManager() {
+  Status st = close();
+  if (!st.is_ok()) {
+    // Nobody is left to report it to: say it rather than lose it.
+    std::fprintf(stderr, "fastpersist: a checkpoint save failed and was never reported: %s\n",
+                 st.to_string().c_str());
+  }
+}
+
+Result<PendingSave> CheckpointManager::save_async(const std::string& tag, CheckpointContent content) {
+  FP_RETURN_IF_ERROR(validate_tag(tag));
+  FP_RETURN_IF_ERROR(checkpoint::validate_content(content, impl_->options));
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
+  FP_RETURN_IF_ERROR(m.take_failure_locked());
+  m.cv.wait(lock, [&] { return m.closed || m.pending < m.options.max_in_flight; });
+  if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
+  FP_RETURN_IF_ERROR(m.take_failure_locked());  // an earlier save may have failed meanwhile
+  std::string dir = join_path(m.root, tag);
+  struct stat st {};
+  if (m.pending_tags.count(tag) != 0 || ::lstat(dir.c_str(), &st) == 0) {
+    return Status(StatusCode::kAlreadyExists,
+                  "checkpoint '" + tag + "' already exists; choose another tag or remove it", EEXIST)
+        .with_path(dir);
+  }
+  auto state = std::make_shared<PendingSave::State>(tag);
+  checkpoint::SaveJob job;
+  job.root = m.root;
+  job.tag = tag;
+  job.content = std::move(content);
+  job.state = state;
+  m.queue.push_back(std::move(job));
+  m.pending_tags.insert(tag);
+  ++m.pending;
+  m.history.push_back(state);
+  m.cv.notify_all();
+  return PendingSave(state);
+}
+
+Status CheckpointManager::save(const std::string& tag, CheckpointContent content) {
+  FP_ASSIGN_OR_RETURN(PendingSave pending, save_async(tag, std::move(content)));
+  return pending.wait();
+}
+
+Status CheckpointManager::wait_all() {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  m.cv.wait(lock, [&] { return m.pending == 0; });
+  return m.take_failure_locked();
+}
+
+Status CheckpointManager::wait_snapshots() {
+  std::vector<std::shared_ptr<PendingSave::State>> states;
+  {
+    std::lock_guard lock(impl_->mu);
+    states = impl_->history;
+  }
+  Status first;
+  for (auto& s : states) {
+    Status st = PendingSave(s).wait_snapshot();
+    if (first.is_ok() && !st.is_ok()) first = st;
+  }
+  return first;
+}
+
+Status CheckpointManager::close() {
+  Impl& m = *impl_;
+  // One close at a time: concurrent closers would join the worker and release the root's lock
+  // twice (a second join hangs or throws). Later closers find `closed` and only report.
+  std::lock_guard closing(m.close_mu);
+  {
+    std::lock_guard lock(m.mu);
+    if (m.closed) return m.take_failure_locked();
+  }
+  Status st = wait_all();
+  {
+    std::lock_guard lock(m.mu);
+    m.closed = true;
+    m.stop = true;
+    m.cv.notify_all();
+  }
+  if (m.worker.joinable()) m.worker.join();
+  m.root_lock.release();
+  m.pool.trim();
+  return st;
+}
+
+const std::string& CheckpointManager::root() const { return impl_->root; }
+const CheckpointOptions& CheckpointManager::options() const { return impl_->options; }
+IoEngine& CheckpointManager::engine() { return *impl_->engine; }
+
+Result<std::vector<CheckpointInfo>> CheckpointManager::list() const { return list_checkpoints(impl_->root); }
+
+Status CheckpointManager::remove(const std::string& tag) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (impl_->pending_tags.count(tag) != 0) {
+      return Status(StatusCode::kBusy, "checkpoint '" + tag + "' is being saved; wait for it first");
+    }
+  }
+  return impl_->remove_now(tag);
+}
+
+Result<std::vector<std::string>> CheckpointManager::prune(std::optional<unsigned> keep_last,
+                                                          std::optional<int64_t> keep_every) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+  }
+  return impl_->prune_now(keep_last, keep_every, "");
+}
+
+}  // namespace fastpersist

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+// CheckpointReader: tensors of a checkpoint read with parallel O_DIRECT, either into spans of
+// page-aligned memory (the caller wraps tensors around them without a copy) or straight into
+// the caller's memory; checksums checked as each read completes.
+#include "fastpersist/checkpoint_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/save_job.h"
+#include "common/align.h"
+#include "common/unique_fd.h"
+#include "fastpersist/checksum.h"
+
+namespace fastpersist {
+namespace {
+
+constexpr uint64_t kReadAlignment = 4096;
+constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // later spans read while earlier verify
+constexpr size_t kSpansInFlight = 8;
+
+Status checksum_mismatch(const std::string& dir, const ManifestTensor& t, uint64_t actual) {
+  return Status(StatusCode::kDataLoss,
+                "tensor '" + t.name + "' in " + t.file + " fails its checksum (manifest " +
+                    checksum_to_hex(t.checksum) + ", data " + checksum_to_hex(actual) +
+                    "): the checkpoint is damaged")
+      .with_path(checkpoint::join_path(dir, t.file))
+      .with_range(t.offset, t.length);
+}
+
+struct SpanPlan {
+  std::string file;
+  uint64_t begin = 0;  // tensor bytes covered
+  uint64_t end = 0;
+  std::vector<size_t> requests;
+};
+
+struct Pending {
+  IoTicket ticket;
+  std::vector<size_t> requests;  // whose bytes this read brings
+  uint64_t direct_bytes = 0;     // bytes read into the caller's memory (bounded)
+};
+
+// The leading bytes of a data file (length prefix + JSON header) against their checksum: the
+// header says which bytes are which tensor, so a load that trusts it must check it too.
+Status check_file_header(const std::string& dir, const ManifestFile& f) {
+  std::string path = checkpoint::join_path(dir, f.name);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::from_errno(errno, "cannot open checkpoint file").with_path(path);
+  std::string bytes(static_cast<size_t>(f.checksum_bytes), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::pread(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::from_errno(errno, "cannot read the header").with_path(path);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  uint64_t actual = xxh3_64(bytes.data(), done);
+  if (done != bytes.size() || actual != f.checksum) {
+    return Status(StatusCode::kDataLoss, "the safetensors header of " + f.name +
+                                             " fails its checksum (manifest " + checksum_to_hex(f.checksum) +
+                                             ", data " + checksum_to_hex(actual) + "): the checkpoint is damaged")
+        .with_path(path)
+        .with_range(0, f.checksum_bytes);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine)
+    : dir_(std::move(dir)), manifest_(std::move(manifest)), engine_(std::move(engine)) {}
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& dir,
+                                                                 std::shared_ptr<IoEngine> engine) {
+  if (!engine) return Status(StatusCode::kInvalidArgument, "CheckpointReader needs an engine");
+  FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
+  for (const ManifestFile& f : m.files) {
+    std::string path = checkpoint::join_path(dir, f.name);
+    auto size = checkpoint::file_size(path);
+    if (!size.is_ok()) {
+      return Status(StatusCode::kDataLoss, "checkpoint file " + f.name + " is missing").with_path(path);
+    }
+    if (*size != f.size) {
+      return Status(StatusCode::kDataLoss, "checkpoint file " + f.name + " is " + std::to_string(*size) +
+                                               " bytes, the manifest says " + std::to_string(f.size) +
+                                               " (truncated or replaced)")
+          .with_path(path);
+    }
+  }
+  return std::unique_ptr<CheckpointReader>(new CheckpointReader(dir, std::move(m), std::move(engine)));
+}
+
+Result<CheckpointReader::ReadResult> CheckpointReader::read(
+    const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
+    uint64_t max_gap_bytes) {
+  if (manifest_.checksum_algorithm == kNoChecksum) verify = false;  // nothing to compare with
+  if (verify) {
+    std::set<std::string> files;
+    for (const TensorReadRequest& r : requests) {
+      if (r.tensor < manifest_.tensors.size()) files.insert(manifest_.tensors[r.tensor].file);
+    }
+    for (const std::string& name : files) {
+      const ManifestFile* f = manifest_.find_file(name);
+      if (f != nullptr) FP_RETURN_IF_ERROR(check_file_header(dir_, *f));
+    }
+  }
+  ReadResult out;
+  out.spans.resize(requests.size());
+  out.data.resize(requests.size(), nullptr);
+  std::map<std::string, std::vector<size_t>> by_file;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].tensor >= manifest_.tensors.size()) {
+      return Status(StatusCode::kInvalidArgument, "tensor index out of range");
+    }
+    const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+    if (requests[i].destination == nullptr && t.length > 0) by_file[t.file].push_back(i);
+    if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
+  }
+
+  // Spans: neighbouring requested tensors of one file, read as one piece.
+  std::vector<SpanPlan> spans;
+  for (auto& [file, reqs] : by_file) {
+    std::sort(reqs.begin(), reqs.end(), [&](size_t a, size_t b) {
+      return manifest_.tensors[requests[a].tensor].offset < manifest_.tensors[requests[b].tensor].offset;
+    });
+    for (size_t i : reqs) {
+      const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+      bool extend = !spans.empty() && spans.back().file == file &&
+                    t.offset >= spans.back().end && t.offset - spans.back().end <= max_gap_bytes &&
+                    t.offset + t.length - spans.back().begin <= kMaxSpanBytes;
+      if (!extend) spans.push_back({file, t.offset, t.offset, {}});
+      spans.back().end = std::max(spans.back().end, t.offset + t.length);
+      spans.back().requests.push_back(i);
+    }
+  }
+
+  std::deque<Pending> inflight;
+  Status first;
+  uint64_t direct_in_flight = 0;
+  auto finish_one = [&]() {
+    Pending p = std::move(inflight.front());
+    inflight.pop_front();
+    direct_in_flight -= p.direct_bytes;
+    if (!p.ticket.valid()) {  // an empty tensor: nothing read, the checksum of nothing
+      const ManifestTensor& t = manifest_.tensors[requests[p.requests[0]].tensor];
+      uint64_t empty = xxh3_64(nullptr, 0);
+      if (verify && first.is_ok() && empty != t.checksum) first = checksum_mismatch(dir_, t, empty);
+      return;
+    }
+    auto r = p.ticket.wait();
+    if (!r.is_ok()) {
+      if (first.is_ok()) first = r.status();
+      return;
+    }
+    if (!verify || !first.is_ok()) return;
+    for (size_t i : p.requests) {
+      const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+      uint64_t actual = xxh3_64(out.data[i], t.length);
+      if (actual != t.checksum) {
+        first = checksum_mismatch(dir_, t, actual);
+        return;
+      }
+    }
+  };
+
+  // Span reads go out a few at a time, in file order, so they complete in order and each is
+  // verified while the next ones are still being read (checksumming overlaps the device).
+  auto submit_span = [&](const SpanPlan& s) -> Status {
+    const ManifestFile* f = manifest_.find_file(s.file);
+    uint64_t begin = align_down(s.begin, kReadAlignment);
+    uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
+    FP_ASSIGN_OR_RETURN(PinnedBuffer buffer,
+                        PinnedBuffer::allocate(static_cast<size_t>(end - begin), /*lock_memory=*/false));
+    auto span = std::make_shared<LoadedSpan>();
+    span->file = s.file;
+    span->file_offset = begin;
+    span->buffer = std::make_shared<PinnedBuffer>(std::move(buffer));
+    IoRequest req;
+    req.kind = IoKind::kRead;
+    req.buffer = span->buffer->data();
+    req.length = end - begin;
+    req.path = checkpoint::join_path(dir_, s.file);
+    req.file_offset = begin;
+    FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->start(req));
+    for (size_t i : s.requests) {
+      out.spans[i] = span;
+      out.data[i] = span->buffer->data() + (manifest_.tensors[requests[i].tensor].offset - begin);
+    }
+    inflight.push_back({std::move(ticket), s.requests, 0});
+    return Status::ok();
+  };
+  for (size_t next = 0; next < spans.size() && first.is_ok();) {
+    while (next < spans.size() && inflight.size() < kSpansInFlight && first.is_ok()) {
+      Status st = submit_span(spans[next++]);
+      if (!st.is_ok()) first = st;
+    }
+    if (!inflight.empty()) finish_one();
+  }
+
+  for (size_t i = 0; i < requests.size() && first.is_ok(); ++i) {
+    if (requests[i].destination == nullptr) continue;
+    const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+    if (t.length == 0) {
+      inflight.push_back({IoTicket(), {i}, 0});
+      continue;
+    }
+    // Bounded: finish the oldest reads (spans first) until this one fits.
+    while (max_in_flight_bytes != 0 && direct_in_flight > 0 &&
+           direct_in_flight + t.length > max_in_flight_bytes && !inflight.empty()) {
+      finish_one();
+    }
+    IoRequest req;
+    req.kind = IoKind::kRead;
+    req.buffer = requests[i].destination;
+    req.length = t.length;
+    req.path = checkpoint::join_path(dir_, t.file);
+    req.file_offset = t.offset;
+    auto ticket = engine_->start(req);
+    if (!ticket.is_ok()) {
+      first = ticket.status();
+      break;
+    }
+    inflight.push_back({std::move(ticket).value(), {i}, t.length});
+    direct_in_flight += t.length;
+  }
+  while (!inflight.empty()) finish_one();
+  // Empty tensors read from spans: still check their recorded checksum.
+  for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
+    const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+    if (t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
+      first = checksum_mismatch(dir_, t, xxh3_64(nullptr, 0));
+    }
+  }
+  if (!first.is_ok()) return first;
+  return out;
+}
+
+Result<std::string> CheckpointReader::read_objects() {
+  const ManifestFile* f = manifest_.find_file(checkpoint::kObjectsFileName);
+  if (f == nullptr) return std::string();
+  std::string path = checkpoint::join_path(dir_, f->name);
+  FP_ASSIGN_OR_RETURN(std::string bytes, checkpoint::read_small_file(path, size_t{1} << 31));
+  bool checked = manifest_.checksum_algorithm != kNoChecksum;
+  uint64_t actual = checked ? xxh3_64(bytes.data(), bytes.size()) : 0;
+  if (bytes.size() != f->size || actual != f->checksum) {
+    return Status(StatusCode::kDataLoss, std::string(checkpoint::kObjectsFileName) +
+                                             " fails its checksum (manifest " + checksum_to_hex(f->checksum) +
+                                             ", data " + checksum_to_hex(actual) + "): the checkpoint is damaged")
+        .with_path(path);
+  }
+  return bytes;
+}
+
+}  // namespace fastpersist

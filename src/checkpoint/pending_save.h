@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// The shared state behind a PendingSave: set by the manager's save thread, read by callers.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "fastpersist/checkpoint.h"
+
+namespace fastpersist {
+
+struct PendingSave::State {
+  using Clock = std::chrono::steady_clock;
+
+  explicit State(std::string t) : tag(std::move(t)), queued(Clock::now()) {}
+
+  void mark_started();
+  void mark_snapshot_done();
+  // Sets the outcome; implies the snapshot is over (done or abandoned).
+  void finish(Status outcome, uint64_t bytes_written);
+  // The failure, once, if nobody reported it yet (for the manager's next call).
+  Status take_unreported_failure();
+
+  const std::string tag;
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  bool snapshot_done = false;
+  bool done = false;
+  mutable bool reported = false;
+  Status status;
+  uint64_t bytes = 0;
+  double checksum_seconds = 0;
+  Clock::time_point queued, started, snapshot_end, end;
+};
+
+}  // namespace fastpersist

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// One save, start to commit. The steps, in this order (docs/commit_protocol.md):
+//
+//   1. mkdir <root>/.tmp-<tag>-<unique>/
+//   2. the data files, in parallel: created, preallocated, staged window by window into pinned
+//      memory with each tensor's checksum computed on the staged bytes, written with O_DIRECT,
+//      fdatasynced. The snapshot is over when every source byte is staged.
+//   3. objects.pkl, written and fdatasynced; then manifest.json (every file with its size and
+//      checksum, every tensor with its offset, length and checksum), written and fdatasynced;
+//      then the directory is fsynced.
+//   4. rename(<root>/.tmp-..., <root>/<tag>) (never replacing an existing tag); fsync <root>.
+//   5. <root>/latest replaced atomically (write temp, fsync, rename, fsync <root>).
+// Until the rename in step 4 nothing under a tag name exists, so a crash leaves the old state;
+// after it the checkpoint is complete and durable. On failure the temporary directory is
+// removed.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "checkpoint/pending_save.h"
+#include "checkpoint/staging_pool.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/io_engine.h"
+
+namespace fastpersist::checkpoint {
+
+inline constexpr std::string_view kObjectsFileName = "objects.pkl";
+inline constexpr std::string_view kTempDirPrefix = ".tmp-";
+inline constexpr std::string_view kTrashDirPrefix = ".trash-";
+
+struct SaveJob {
+  std::string root;
+  std::string tag;
+  CheckpointContent content;
+  uint64_t sequence = 0;
+  std::shared_ptr<PendingSave::State> state;
+};
+
+// The checks save_async makes before queueing: tensor descriptions, names, aliases.
+Status validate_content(const CheckpointContent& content, const CheckpointOptions& options);
+
+// Runs every step; marks the snapshot done as soon as it is; returns the outcome and the
+// bytes written (it does not call state->finish).
+Status run_save_job(const SaveJob& job, const CheckpointOptions& options, StagingPool& pool,
+                    IoEngine& engine, uint64_t* bytes_written);
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "checkpoint/shard_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <unordered_set>
+
+namespace fastpersist::checkpoint {
+
+std::string data_file_name(size_t index, size_t count) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "tensors-%05zu-of-%05zu.safetensors", index, count);
+  return buf;
+}
+
+namespace {
+
+Status check_tensor(const TensorSource& t) {
+  auto fail = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, "tensor '" + t.name + "': " + why);
+  };
+  if (t.name.empty()) return {StatusCode::kInvalidArgument, "a tensor has an empty name"};
+  if (t.name.rfind("__", 0) == 0) return fail("names starting with '__' are reserved by safetensors");
+  auto elem = safetensors_dtype_size(t.dtype);
+  if (!elem) return fail("unknown dtype '" + t.dtype + "'");
+  uint64_t count = 1;
+  for (uint64_t d : t.shape) {
+    if (d != 0 && count > UINT64_MAX / d) return fail("element count overflows");
+    count *= d;
+  }
+  if (count > UINT64_MAX / *elem || count * *elem != t.nbytes) {
+    return fail("nbytes " + std::to_string(t.nbytes) + " does not match shape x dtype size");
+  }
+  if (t.nbytes > 0 && t.data == nullptr) return fail("no data");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
+                                            const CheckpointOptions& options) {
+  std::unordered_set<std::string> names;
+  uint64_t total = 0;
+  for (const TensorSource& t : tensors) {
+    FP_RETURN_IF_ERROR(check_tensor(t));
+    if (!names.insert(t.name).second) {
+      return Status(StatusCode::kInvalidArgument, "tensor name '" + t.name + "' appears twice");
+    }
+    total += t.nbytes;
+  }
+  uint64_t target = std::max<uint64_t>(options.target_file_bytes, 1);
+  uint64_t min_file = std::max<uint64_t>(options.min_file_bytes, 1);
+  uint64_t by_target = (total + target - 1) / target;
+  uint64_t by_parallel = std::min<uint64_t>(std::max(options.max_parallel_files, 1u), total / min_file);
+  uint64_t count = std::max<uint64_t>({by_target, by_parallel, 1});
+  count = std::min<uint64_t>(count, tensors.size());  // no tensors: no data file at all
+
+  // Largest first onto the least-filled file.
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return tensors[a].nbytes > tensors[b].nbytes; });
+  std::vector<uint64_t> fill(count, 0);
+  std::vector<std::vector<size_t>> members(count);
+  for (size_t i : order) {
+    size_t f = static_cast<size_t>(std::min_element(fill.begin(), fill.end()) - fill.begin());
+    fill[f] += tensors[i].nbytes;
+    members[f].push_back(i);
+  }
+
+  std::vector<PlannedFile> files;
+  files.reserve(count);
+  for (size_t f = 0; f < count; ++f) {
+    PlannedFile file;
+    file.name = data_file_name(f, count);
+    file.tensors = std::move(members[f]);
+    // Widest element first, then the caller's order: every offset is a multiple of the size.
+    std::stable_sort(file.tensors.begin(), file.tensors.end(), [&](size_t a, size_t b) {
+      size_t ea = *safetensors_dtype_size(tensors[a].dtype);
+      size_t eb = *safetensors_dtype_size(tensors[b].dtype);
+      return ea != eb ? ea > eb : a < b;
+    });
+    std::vector<SafetensorsEntry> entries;
+    entries.reserve(file.tensors.size());
+    for (size_t i : file.tensors) entries.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape});
+    FP_ASSIGN_OR_RETURN(file.header, encode_safetensors_header(entries, {{"format", "pt"}},
+                                                                kSafetensorsDefaultAlignment,
+                                                                &file.layout));
+    file.size = file.layout.file_bytes();
+    files.push_back(std::move(file));
+  }
+  return files;
+}
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// Which data file each tensor goes to, in which order, and the safetensors header of each file.
+//
+// Files: enough that each holds about target_file_bytes at most, and, for a state large enough,
+// at least max_parallel_files (each holding min_file_bytes or more) so that they can be written
+// at the same time. Tensors are dealt out largest first to the least-filled file (balanced);
+// inside a file they are ordered by element size, widest first, so that every tensor starts at a
+// multiple of its element size (the data section starts on a 4096 boundary).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/safetensors.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist::checkpoint {
+
+struct PlannedFile {
+  std::string name;             // tensors-00000-of-00002.safetensors
+  std::vector<size_t> tensors;  // indices into the content's tensors, in file order
+  std::string header;           // encoded safetensors header (length prefix + padded JSON)
+  SafetensorsHeader layout;     // offsets of the tensors, same order as `tensors`
+  uint64_t size = 0;            // whole file
+};
+
+// Validates the tensors (names, dtypes, nbytes == shape x dtype size, data pointers) and plans
+// the files. kInvalidArgument names the offending tensor.
+Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
+                                            const CheckpointOptions& options);
+
+std::string data_file_name(size_t index, size_t count);
+
+}  // namespace fastpersist::checkpoint

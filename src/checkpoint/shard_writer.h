@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// Writes one data file of a checkpoint: the safetensors header and the tensors' bytes, staged
+// window by window into pinned memory and written by async O_DIRECT requests at their offsets.
+// Each tensor's checksum is computed on the staged copy right after it is copied (while the
+// bytes are still in cache), so the checksum covers exactly the bytes written.
+//
+// The file is created (O_EXCL), preallocated to its final size (so ENOSPC shows at once and
+// writes never extend it), written, and fdatasynced when durable. On failure every request in
+// flight is waited for before returning, so no staging memory is still being written from.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/shard_plan.h"
+#include "checkpoint/staging_pool.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/io_engine.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist::checkpoint {
+
+struct ShardChecksums {
+  uint64_t header = 0;               // of bytes [0, data_start)
+  std::vector<uint64_t> tensors;     // in file order (PlannedFile::tensors)
+  double checksum_seconds = 0;       // time spent checksumming (what checksums cost the save)
+};
+
+struct ShardWriteArgs {
+  std::string path;
+  const PlannedFile* file = nullptr;
+  const std::vector<TensorSource>* sources = nullptr;
+  StagingPool* pool = nullptr;
+  IoEngine* engine = nullptr;
+  const std::atomic<bool>* cancel = nullptr;  // another file failed: stop early
+  bool durable = true;
+  bool checksums = true;                      // off: tensors' checksums stay 0
+  std::function<void()> on_snapshot_done;     // every source byte is staged (called once)
+};
+
+Status write_shard(const ShardWriteArgs& args, ShardChecksums* out);
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the format layer (private to src/format/): strict JSON parsing, tensor byte
+// sizes without overflow, and exact reads with plain POSIX calls.
+#pragma once
+
+#include "common/printable.h"
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fastpersist/status.h"
+
+namespace fastpersist::format_internal {
+
+// Parses `text` as JSON. nullopt, with the reason in `why`, on a syntax error (including bad
+// UTF-8) or a key that appears twice in one object: nlohmann silently keeps the last of a
+// repeated key, so two readers of one damaged file could disagree on what it holds.
+// JsonT is nlohmann::json (keys sorted, fast for big objects) or nlohmann::ordered_json.
+template <typename JsonT>
+std::optional<JsonT> parse_json_strict(std::string_view text, std::string* why) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string repeated;
+  typename JsonT::parser_callback_t track_keys =
+      [&](int /*depth*/, typename JsonT::parse_event_t event, JsonT& parsed) {
+        using Event = typename JsonT::parse_event_t;
+        if (event == Event::object_start) {
+          open_objects.emplace_back();
+        } else if (event == Event::object_end) {
+          if (!open_objects.empty()) open_objects.pop_back();
+        } else if (event == Event::key && !open_objects.empty() && parsed.is_string()) {
+          const auto& key = parsed.template get_ref<const std::string&>();
+          if (!open_objects.back().insert(key).second && repeated.empty()) repeated = key;
+        }
+        return true;
+      };
+  // Exceptions stay inside this function; nlohmann's parse_error message says where it failed.
+  try {
+    JsonT value = JsonT::parse(text.begin(), text.end(), track_keys);
+    if (!repeated.empty()) {
+      *why = "key \"" + printable(repeated) + "\" appears twice in one object";
+      return std::nullopt;
+    }
+    return value;
+  } catch (const nlohmann::json::exception& e) {
+    *why = "not valid JSON: " + printable(e.what());
+    return std::nullopt;
+  }
+}
+
+// product(shape) * element_bytes, or nullopt when it does not fit in 64 bits. The element count
+// is formed first, as the reference safetensors reader does, so both agree on what overflows.
+inline std::optional<uint64_t> tensor_nbytes(const std::vector<uint64_t>& shape,
+                                             uint64_t element_bytes) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  uint64_t elements = 1;
+  for (uint64_t dim : shape) {
+    if (dim != 0 && elements > kMax / dim) return std::nullopt;
+    elements *= dim;
+  }
+  if (element_bytes != 0 && elements > kMax / element_bytes) return std::nullopt;
+  return elements * element_bytes;
+}
+
+// Reads exactly `length` bytes at `offset`, retrying interrupted and short reads. A file that
+// ends early is kDataLoss (it was truncated, possibly while being read).
+inline Status pread_exact(int fd, char* out, uint64_t length, uint64_t offset,
+                          const std::string& path) {
+  uint64_t done = 0;
+  while (done < length) {
+    ssize_t n = ::pread(fd, out + done, static_cast<size_t>(length - done),
+                        static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::from_errno(errno, "read failed").with_path(path).with_range(offset, length);
+    }
+    if (n == 0) {
+      return Status(StatusCode::kDataLoss, "file ended after " + std::to_string(offset + done) +
+                                               " bytes, before the bytes it should hold")
+          .with_path(path)
+          .with_range(offset, length);
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace fastpersist::format_internal

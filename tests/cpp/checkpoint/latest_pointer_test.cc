@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// latest_checkpoint is the newest committed checkpoint by commit order, whatever <root>/latest
+// says (missing, garbage, older, removed, damaged); a manager opening the root repairs a stale
+// pointer file for other tools.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/checkpoint_test_util.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace fastpersist::testing {
+namespace {
+
+class LatestPointerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TestState s;
+    s.add("w", "F32", {16}, 1);
+    FP_ASSERT_OK_AND_ASSIGN(mgr_, CheckpointManager::open(dir_.path(), small_options()));
+    for (const char* tag : {"a", "c", "b"}) FP_ASSERT_OK(mgr_->save(tag, s.content()));
+    pointer_ = dir_.file("latest");
+  }
+  std::optional<std::string> latest() {
+    auto r = latest_checkpoint(dir_.path());
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return r.is_ok() ? *r : std::optional<std::string>("<error>");
+  }
+  TempDir dir_;
+  std::unique_ptr<CheckpointManager> mgr_;
+  std::string pointer_;
+};
+
+TEST_F(LatestPointerTest, NamesTheLastCommitted) {
+  EXPECT_EQ(read_text(pointer_), "b\n");
+  EXPECT_EQ(latest(), "b");
+}
+
+TEST_F(LatestPointerTest, AnswerIsTheNewestCommittedWhateverThePointerSays) {
+  write_text(pointer_, "a\n");  // an older one (a crash between commit and pointer update)
+  EXPECT_EQ(latest(), "b");
+  write_text(pointer_, "zzz\n");  // never saved
+  EXPECT_EQ(latest(), "b");
+  write_text(pointer_, "");
+  EXPECT_EQ(latest(), "b");
+  write_text(pointer_, "../a\n");
+  EXPECT_EQ(latest(), "b");
+  write_text(pointer_, std::string(10000, 'x'));
+  EXPECT_EQ(latest(), "b");
+  ASSERT_EQ(::unlink(pointer_.c_str()), 0);
+  EXPECT_EQ(latest(), "b");
+}
+
+TEST_F(LatestPointerTest, TheNextManagerRepairsAStalePointer) {
+  FP_ASSERT_OK(mgr_->close());
+  for (const char* stale : {"a\n", "zzz", ""}) {
+    write_text(pointer_, stale);
+    FP_ASSERT_OK_AND_ASSIGN(auto again, CheckpointManager::open(dir_.path(), small_options()));
+    EXPECT_EQ(read_text(pointer_), "b\n") << "stale pointer '" << stale << "'";
+  }
+  ASSERT_EQ(::unlink(pointer_.c_str()), 0);
+  FP_ASSERT_OK_AND_ASSIGN(auto again, CheckpointManager::open(dir_.path(), small_options()));
+  EXPECT_EQ(read_text(pointer_), "b\n");
+}
+
+TEST_F(LatestPointerTest, PointerToARemovedCheckpoint) {
+  FP_ASSERT_OK(mgr_->remove("b"));
+  EXPECT_EQ(read_text(pointer_), "b\n");  // stale on purpose: remove() does not rewrite it
+  EXPECT_EQ(latest(), "c");
+}
+
+TEST_F(LatestPointerTest, PointerToADamagedCheckpoint) {
+  write_text(dir_.file("b/manifest.json"), "not json");
+  EXPECT_EQ(latest(), "c");
+  ASSERT_EQ(::unlink(dir_.file("c/manifest.json").c_str()), 0);
+  EXPECT_EQ(latest(), "a");
+}
+
+TEST(LatestCheckpointTest, EmptyAndMissingRoots) {
+  TempDir dir;
+  FP_ASSERT_OK_AND_ASSIGN(auto none, latest_checkpoint(dir.path()));
+  EXPECT_EQ(none, std::nullopt);
+  write_text(dir.file("latest"), "ghost\n");
+  FP_ASSERT_OK_AND_ASSIGN(none, latest_checkpoint(dir.path()));
+  EXPECT_EQ(none, std::nullopt);
+  auto missing = latest_checkpoint(dir.file("no-such-root"));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().to_string();
+  EXPECT_EQ(list_checkpoints(dir.file("no-such-root")).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace fastpersist::testing

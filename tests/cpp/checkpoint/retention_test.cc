@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+// Retention: keep_last / keep_every applied after each commit and by prune(); the newest
+// checkpoint is never removed; remove() of a tag and of an unknown tag.
+#include <gtest/gtest.h>
+
+#include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint/retention.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace fastpersist::testing {
+namespace {
+
+using Tags = std::vector<std::string>;
+
+TestState tiny_state(int64_t step) {
+  TestState s;
+  s.add("w", "F32", {64}, static_cast<uint64_t>(step));
+  s.step = step;
+  return s;
+}
+
+class RetentionTest : public ::testing::Test {
+ protected:
+  void save_steps(CheckpointManager& mgr, int64_t from, int64_t to) {
+    for (int64_t step = from; step <= to; ++step) {
+      TestState s = tiny_state(step);
+      Status st = mgr.save("step-" + std::to_string(step), s.content());
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+    }
+  }
+  void expect_no_debris() {
+    EXPECT_TRUE(names_with_prefix(dir_.path(), ".trash-").empty());
+    EXPECT_TRUE(names_with_prefix(dir_.path(), ".tmp-").empty());
+  }
+  TempDir dir_;
+};
+
+TEST_F(RetentionTest, KeepLastKeepsTheNewest) {
+  CheckpointOptions o = small_options();
+  o.keep_last = 2;
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 5);
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-4", "step-5"}));
+  EXPECT_FALSE(path_exists(dir_.file("step-1")));
+  expect_no_debris();
+  FP_ASSERT_OK_AND_ASSIGN(auto latest, latest_checkpoint(dir_.path()));
+  EXPECT_EQ(latest, std::optional<std::string>("step-5"));
+  expect_checkpoint_matches(dir_.file("step-4"), tiny_state(4));
+}
+
+TEST_F(RetentionTest, KeepEveryKeepsMilestones) {
+  CheckpointOptions o = small_options();
+  o.keep_last = 1;
+  o.keep_every = 2;
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 5);
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-2", "step-4", "step-5"}));
+  save_steps(*mgr, 6, 7);
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-2", "step-4", "step-6", "step-7"}));
+  expect_no_debris();
+}
+
+TEST_F(RetentionTest, KeepLastZeroStillKeepsTheNewest) {
+  CheckpointOptions o = small_options();
+  o.keep_last = 0;
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 3);
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-3"}));
+}
+
+TEST_F(RetentionTest, KeepEveryAloneRemovesNothing) {
+  CheckpointOptions o = small_options();
+  o.keep_every = 2;
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 3);
+  EXPECT_EQ(listed_tags(dir_.path()).size(), 3u);
+}
+
+TEST_F(RetentionTest, PruneAppliesAPolicyNow) {
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
+  save_steps(*mgr, 1, 6);
+  FP_ASSERT_OK_AND_ASSIGN(auto none, mgr->prune(std::nullopt, std::nullopt));
+  EXPECT_TRUE(none.empty());
+  FP_ASSERT_OK_AND_ASSIGN(auto removed, mgr->prune(4, 3));
+  EXPECT_EQ(removed, (Tags{"step-1", "step-2"}));
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-3", "step-4", "step-5", "step-6"}));
+  FP_ASSERT_OK_AND_ASSIGN(removed, mgr->prune(0, std::nullopt));
+  EXPECT_EQ(removed, (Tags{"step-3", "step-4", "step-5"}));
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-6"}));
+  expect_no_debris();
+}
+
+TEST_F(RetentionTest, RemoveATagAndAnUnknownOne) {
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
+  save_steps(*mgr, 1, 3);
+  FP_ASSERT_OK(mgr->remove("step-2"));
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-1", "step-3"}));
+  EXPECT_FALSE(path_exists(dir_.file("step-2")));
+  expect_no_debris();
+
+  Status st = mgr->remove("step-2");
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
+  st = mgr->remove("never-saved");
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
+  EXPECT_NE(st.message().find("never-saved"), std::string::npos);
+  EXPECT_EQ(mgr->remove("../outside").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(mgr->remove("latest").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(mgr->remove("").code(), StatusCode::kInvalidArgument);
+  // The lock file and the pointer are untouched.
+  EXPECT_TRUE(path_exists(dir_.file(".lock")));
+  EXPECT_EQ(read_text(dir_.file("latest")), "step-3\n");
+
+  // Removing the newest: latest falls back to what is left.
+  FP_ASSERT_OK(mgr->remove("step-3"));
+  FP_ASSERT_OK_AND_ASSIGN(auto latest, latest_checkpoint(dir_.path()));
+  EXPECT_EQ(latest, std::optional<std::string>("step-1"));
+}
+
+TEST(SelectForRemovalTest, Policies) {
+  auto info = [](const std::string& tag, std::optional<int64_t> step, uint64_t seq) {
+    CheckpointInfo i;
+    i.tag = tag;
+    i.step = step;
+    i.sequence = seq;
+    return i;
+  };
+  std::vector<CheckpointInfo> all = {info("a", 10, 1), info("b", 20, 2), info("c", std::nullopt, 3),
+                                     info("d", 40, 4), info("e", 50, 5)};
+  using checkpoint::select_for_removal;
+  EXPECT_TRUE(select_for_removal(all, std::nullopt, std::nullopt).empty());
+  EXPECT_TRUE(select_for_removal(all, std::nullopt, 20).empty());
+  EXPECT_TRUE(select_for_removal({}, 1, std::nullopt).empty());
+  EXPECT_TRUE(select_for_removal(all, 5, std::nullopt).empty());
+  EXPECT_TRUE(select_for_removal(all, 9, std::nullopt).empty());
+  EXPECT_EQ(select_for_removal(all, 2, std::nullopt), (Tags{"a", "b", "c"}));
+  EXPECT_EQ(select_for_removal(all, 0, std::nullopt), (Tags{"a", "b", "c", "d"}));
+  EXPECT_EQ(select_for_removal(all, 1, 20), (Tags{"a", "c"}));  // no step: never a milestone
+  EXPECT_EQ(select_for_removal(all, 1, 0), (Tags{"a", "b", "c", "d"}));   // K <= 0 ignored
+  EXPECT_EQ(select_for_removal(all, 1, -10), (Tags{"a", "b", "c", "d"}));
+}
+
+}  // namespace
+}  // namespace fastpersist::testing

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the checkpoint subcommands (list, inspect, verify, prune) share: telling a checkpoint
+// directory from a root from a safetensors file, and the small formatting helpers of their
+// output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastpersist::cli {
+
+enum class PathKind {
+  kMissing,      // does not exist (or cannot be examined: see `error`)
+  kCheckpoint,   // a directory with manifest.json, or with data files but no manifest (damaged)
+  kRoot,         // any other directory: a root of checkpoints (maybe empty)
+  kSafetensors,  // a regular file named *.safetensors or starting with a valid header
+  kOtherFile,    // any other file
+};
+
+struct PathInfo {
+  PathKind kind = PathKind::kMissing;
+  std::string path;   // the checkpoint directory for a manifest.json given as PATH
+  std::string error;  // kMissing: why
+};
+
+PathInfo classify_path(const std::string& path);
+
+// "fastpersist <command>: error: <message>" on stderr; returns `code`.
+int fail(const std::string& command, const std::string& message, int code);
+
+// Seconds since the epoch as ISO 8601 UTC, to the second: "2024-05-01T12:00:00Z".
+std::string iso_time_utc(double unix_seconds);
+// "[2, 3]", "[]" for a scalar.
+std::string shape_string(const std::vector<uint64_t>& shape);
+
+// list_checkpoints' "tag: reason" entries, split.
+struct SkippedDir {
+  std::string tag;
+  std::string reason;
+};
+std::vector<SkippedDir> split_skipped(const std::vector<std::string>& skipped);
+
+// Pads or leaves `text` to `width` columns (left aligned).
+std::string pad(const std::string& text, size_t width);
+
+}  // namespace fastpersist::cli
+
+namespace fastpersist::cli {
+
+// The body of `fastpersist list ROOT` (also what `inspect ROOT` prints). `command` names the
+// subcommand in error messages. Returns an exit code.
+int print_root_listing(const std::string& command, const std::string& root, bool json);
+
+}  // namespace fastpersist::cli

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist convert SRC DST`: torch files (.pt/.pth/.bin) <-> .safetensors <-> checkpoint
+// directories. Reading and writing torch pickles needs torch, so this command runs Python:
+//
+//   <python> -c <bootstrap> [options] -- SRC DST      (the bootstrap runs fastpersist.convert)
+//
+// which is `python -m fastpersist.convert` with a clear message when fastpersist (or torch) is
+// missing from that Python. <python> is $FASTPERSIST_PYTHON when set; else the python3 (or
+// python) next to this executable, which is the environment's bin/ when pip installed it; else
+// python3 (or python) on PATH. The process is replaced (exec), so the exit status, signals and
+// terminal are Python's: 0 done, 1 failed, 2 bad arguments.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint_paths.h"
+#include "command.h"
+
+namespace fastpersist::cli {
+namespace {
+
+constexpr const char* kCommand = "convert";
+
+constexpr const char* kBootstrap =
+    "import sys\n"
+    "try:\n"
+    "    from fastpersist.convert import main\n"
+    "except ImportError as e:\n"
+    "    sys.stderr.write(\n"
+    "        'fastpersist convert: error: the Python at %s cannot import fastpersist.convert '\n"
+    "        '(%s); install fastpersist and torch into it, or set FASTPERSIST_PYTHON to a '\n"
+    "        'Python that has them\\n' % (sys.executable, e))\n"
+    "    sys.exit(1)\n"
+    "sys.exit(main(sys.argv[1:], prog='fastpersist convert'))\n";
+
+struct Args {
+  std::string src;
+  std::string dst;
+  std::optional<std::string> tag;
+  std::optional<std::string> prefix;
+  bool drop_non_tensors = false;
+  bool unsafe_pickle = false;
+  bool overwrite = false;
+};
+
+std::vector<std::string> python_args(const Args& a) {
+  std::vector<std::string> argv = {"-c", kBootstrap};
+  if (a.tag) argv.insert(argv.end(), {"--tag", *a.tag});
+  if (a.prefix) argv.insert(argv.end(), {"--prefix", *a.prefix});
+  if (a.drop_non_tensors) argv.push_back("--drop-non-tensors");
+  if (a.unsafe_pickle) argv.push_back("--unsafe-pickle");
+  if (a.overwrite) argv.push_back("--overwrite");
+  argv.insert(argv.end(), {"--", a.src, a.dst});
+  return argv;
+}
+
+// execv / execvp; returns only on failure (errno set).
+void exec_python(const std::string& python, const std::vector<std::string>& args,
+                 bool search_path) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(python.c_str()));
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  if (search_path) {
+    ::execvp(python.c_str(), argv.data());
+  } else {
+    ::execv(python.c_str(), argv.data());
+  }
+}
+
+bool is_executable_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
+}
+
+int run(const Args& a) {
+  const std::vector<std::string> args = python_args(a);
+  const char* env = std::getenv("FASTPERSIST_PYTHON");
+  if (env != nullptr && env[0] != '\0') {
+    std::string python = env;
+    exec_python(python, args, python.find('/') == std::string::npos);
+    return fail(kCommand, "cannot run FASTPERSIST_PYTHON=" + python + ": " + std::strerror(errno),
+                kExitFailure);
+  }
+  std::vector<std::string> tried;
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const char* name : {"python3", "python"}) {
+      std::string candidate = (self.parent_path() / name).string();
+      tried.push_back(candidate);
+      if (!is_executable_file(candidate)) continue;
+      exec_python(candidate, args, false);
+      return fail(kCommand, "cannot run " + candidate + ": " + std::strerror(errno), kExitFailure);
+    }
+  }
+  for (const char* name : {"python3", "python"}) {
+    tried.push_back(std::string(name) + " on PATH");
+    exec_python(name, args, true);
+    if (errno != ENOENT) {
+      return fail(kCommand, std::string("cannot run ") + name + ": " + std::strerror(errno),
+                  kExitFailure);
+    }
+  }
+  std::string list;
+  for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
+  return fail(kCommand,
+              "no Python found (tried " + list +
+                  "); convert needs a Python with fastpersist and "
+                  "torch installed: set FASTPERSIST_PYTHON to it",
+              kExitFailure);
+}
+
+}  // namespace
+
+Command add_convert_command(CLI::App& parent) {
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "convert",
+      "Convert between torch files (.pt/.pth/.bin), .safetensors files and checkpoint "
+      "directories (runs Python: needs fastpersist and torch there)");
+  app->add_option("SRC", args->src,
+                  "Torch file, .safetensors file, checkpoint directory, or root (its latest)")
+      ->required();
+  app->add_option("DST", args->dst,
+                  "*.safetensors, *.pt/.pth/.bin/.ckpt (torch format), or anything else: a new "
+                  "checkpoint directory ROOT/TAG")
+      ->required();
+  app->add_option("--tag", args->tag,
+                  "Checkpoint DST: DST is the root and TAG the new checkpoint's tag");
+  app->add_option("--prefix", args->prefix,
+                  "Only tensors whose name starts with PREFIX (e.g. 'model.'), stripped of it");
+  app->add_flag("--drop-non-tensors", args->drop_non_tensors,
+                "Safetensors DST: leave out non-tensor values instead of failing");
+  app->add_flag("--unsafe-pickle", args->unsafe_pickle,
+                "Load torch files and checkpoint objects with weights_only=False (runs "
+                "arbitrary pickled code: only for files you trust)");
+  app->add_flag("--overwrite", args->overwrite, "Replace an existing DST file");
+  app->footer(
+      "Python: $FASTPERSIST_PYTHON, else python3 next to this executable, else python3 on PATH.\n"
+      "Exit status: 0 done, 1 failed, 2 bad arguments.");
+  return {app, [args] { return run(*args); }};
+}
+
+}  // namespace fastpersist::cli

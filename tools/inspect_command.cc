@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist inspect PATH`: what a checkpoint directory's manifest says (tag, step, versions,
+// metadata, fingerprint, files, tensors), what a safetensors file's header says, or, for a
+// root, the list of its checkpoints. Reads manifests and headers only; no tensor data.
+#include <sys/stat.h>
+
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint_paths.h"
+#include "command.h"
+#include "fastpersist/checksum.h"
+#include "fastpersist/manifest.h"
+#include "fastpersist/safetensors.h"
+#include "format.h"
+
+namespace fastpersist::cli {
+namespace {
+
+constexpr const char* kCommand = "inspect";
+
+void row(const std::string& label, const std::string& value) {
+  std::string left = "  " + label + " ";
+  if (left.size() < 18) left += std::string(18 - left.size(), '.');
+  std::cout << left << " " << value << "\n";
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+  std::vector<size_t> widths;
+  for (const auto& r : rows) {
+    if (widths.size() < r.size()) widths.resize(r.size(), 0);
+    for (size_t i = 0; i < r.size(); ++i) widths[i] = std::max(widths[i], r[i].size());
+  }
+  for (const auto& r : rows) {
+    std::string line = indent;
+    for (size_t i = 0; i < r.size(); ++i)
+      line += i + 1 < r.size() ? pad(r[i], widths[i] + 2) : r[i];
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  }
+}
+
+std::string count(size_t n, const std::string& singular, const std::string& plural) {
+  return std::to_string(n) + " " + (n == 1 ? singular : plural);
+}
+
+// Per dtype: how many tensors and bytes ("F32: 10 tensors, 1.50 MiB").
+struct DtypeTotal {
+  size_t tensors = 0;
+  uint64_t bytes = 0;
+};
+
+std::string dtype_summary(const std::map<std::string, DtypeTotal>& totals) {
+  std::string text;
+  for (const auto& [dtype, t] : totals) {
+    if (!text.empty()) text += ", ";
+    text += dtype + " " + std::to_string(t.tensors) + " (" + format_bytes(t.bytes) + ")";
+  }
+  return text.empty() ? "-" : text;
+}
+
+nlohmann::ordered_json dtype_json(const std::map<std::string, DtypeTotal>& totals) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [dtype, t] : totals) j[dtype] = {{"tensors", t.tensors}, {"bytes", t.bytes}};
+  return j;
+}
+
+// ------------------------------------------------------------------ checkpoint directory
+int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
+  auto manifest = read_manifest(dir);
+  if (!manifest.is_ok()) {
+    if (manifest.status().code() == StatusCode::kNotFound) {
+      return fail(kCommand,
+                  dir +
+                      " has no manifest.json: not a committed checkpoint (a save that never "
+                      "finished, or a damaged one; `fastpersist verify` says more)",
+                  kExitFailure);
+    }
+    return fail(kCommand,
+                "cannot read the manifest of " + dir + ": " + manifest.status().to_string(),
+                kExitFailure);
+  }
+  const Manifest& m = *manifest;
+  // The cheap checks list() applies: every file present with its recorded size.
+  std::vector<std::string> problems;
+  std::vector<int64_t> actual_sizes;
+  uint64_t total_bytes = 0;
+  for (const ManifestFile& f : m.files) {
+    total_bytes += f.size;
+    struct stat st {};
+    std::string path = dir + "/" + f.name;
+    if (::stat(path.c_str(), &st) != 0) {
+      problems.push_back(f.name + " is missing");
+      actual_sizes.push_back(-1);
+      continue;
+    }
+    actual_sizes.push_back(static_cast<int64_t>(st.st_size));
+    if (static_cast<uint64_t>(st.st_size) != f.size) {
+      problems.push_back(f.name + " is " + std::to_string(st.st_size) +
+                         " bytes, the manifest says " + std::to_string(f.size));
+    }
+  }
+  std::map<std::string, DtypeTotal> dtypes;
+  for (const ManifestTensor& t : m.tensors) {
+    dtypes[t.dtype].tensors++;
+    dtypes[t.dtype].bytes += t.length;
+  }
+  nlohmann::ordered_json metadata = nlohmann::ordered_json::parse(m.metadata_json, nullptr, false);
+  if (metadata.is_discarded()) metadata = m.metadata_json;
+
+  if (json) {
+    nlohmann::ordered_json j;
+    j["kind"] = "checkpoint";
+    j["path"] = dir;
+    j["tag"] = m.tag;
+    j["step"] = m.step ? nlohmann::ordered_json(*m.step) : nlohmann::ordered_json(nullptr);
+    j["sequence"] = m.sequence;
+    j["created_unix"] = m.created_unix;
+    j["created"] = iso_time_utc(m.created_unix);
+    j["format_version"] = m.format_version;
+    j["checksum_algorithm"] = m.checksum_algorithm;
+    j["versions"] = m.versions;
+    j["fingerprint"] = m.fingerprint;
+    j["metadata"] = metadata;
+    j["aliases"] = m.aliases;
+    j["num_tensors"] = m.tensors.size();
+    j["tensor_bytes"] = m.tensor_bytes();
+    j["total_bytes"] = total_bytes;
+    j["dtypes"] = dtype_json(dtypes);
+    j["files"] = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < m.files.size(); ++i) {
+      const ManifestFile& f = m.files[i];
+      j["files"].push_back({{"name", f.name},
+                            {"role", f.role},
+                            {"size", f.size},
+                            {"present", actual_sizes[i] >= 0},
+                            {"size_ok", actual_sizes[i] == static_cast<int64_t>(f.size)}});
+    }
+    j["problems"] = problems;
+    if (tensors) {
+      j["tensors"] = nlohmann::ordered_json::array();
+      for (const ManifestTensor& t : m.tensors) {
+        j["tensors"].push_back({{"name", t.name},
+                                {"dtype", t.dtype},
+                                {"shape", t.shape},
+                                {"bytes", t.length},
+                                {"file", t.file},
+                                {"offset", t.offset},
+                                {"checksum", checksum_to_hex(t.checksum)}});
+      }
+    }
+    std::cout << j.dump(2) << "\n";
+    std::cout.flush();
+    return kExitOk;
+  }
+
+  std::cout << "checkpoint " << dir << "\n";
+  row("tag", m.tag);
+  row("step", m.step ? std::to_string(*m.step) : "-");
+  row("sequence", std::to_string(m.sequence));
+  row("created", iso_time_utc(m.created_unix));
+  row("format", std::string(kManifestFormatName) + " v" + std::to_string(m.format_version) +
+                    ", checksums " + m.checksum_algorithm);
+  std::string versions;
+  for (const auto& [k, v] : m.versions) versions += (versions.empty() ? "" : ", ") + k + " " + v;
+  row("versions", versions.empty() ? "-" : versions);
+  row("fingerprint", m.fingerprint);
+  row("metadata", metadata.dump());
+  row("tensors", count(m.tensors.size(), "tensor", "tensors") + ", " +
+                     format_bytes(m.tensor_bytes()) +
+                     (m.aliases.empty() ? "" : ", " + count(m.aliases.size(), "alias", "aliases")));
+  row("dtypes", dtype_summary(dtypes));
+  row("size", format_bytes(total_bytes) + " in " + count(m.files.size(), "file", "files"));
+  std::cout << "files:\n";
+  std::vector<std::vector<std::string>> file_rows;
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const ManifestFile& f = m.files[i];
+    std::string state = actual_sizes[i] < 0                               ? "MISSING"
+                        : actual_sizes[i] != static_cast<int64_t>(f.size) ? "WRONG SIZE"
+                                                                          : "";
+    file_rows.push_back({f.name, f.role, format_bytes(f.size), state});
+  }
+  print_table(file_rows, "  ");
+  if (tensors) {
+    std::cout << "tensors:\n";
+    std::vector<std::vector<std::string>> rows = {{"NAME", "DTYPE", "SHAPE", "SIZE", "FILE"}};
+    for (const ManifestTensor& t : m.tensors) {
+      rows.push_back({t.name, t.dtype, shape_string(t.shape), format_bytes(t.length), t.file});
+    }
+    print_table(rows, "  ");
+    if (!m.aliases.empty()) {
+      std::cout << "aliases (stored once, shared with):\n";
+      for (const auto& [alias, target] : m.aliases)
+        std::cout << "  " << alias << " -> " << target << "\n";
+    }
+  }
+  for (const std::string& p : problems) std::cout << "problem: " << p << "\n";
+  // Describing worked; whether the bytes are intact is `verify`'s question (and exit code).
+  std::cout.flush();
+  return kExitOk;
+}
+
+// ------------------------------------------------------------------ safetensors file
+int inspect_safetensors(const std::string& path, bool json, bool tensors) {
+  auto header = read_safetensors_header(path);
+  if (!header.is_ok()) {
+    return fail(kCommand, path + " is not a valid safetensors file: " + header.status().to_string(),
+                kExitFailure);
+  }
+  const SafetensorsHeader& h = *header;
+  std::map<std::string, DtypeTotal> dtypes;
+  for (const SafetensorsTensor& t : h.tensors) {
+    dtypes[t.dtype].tensors++;
+    dtypes[t.dtype].bytes += t.nbytes();
+  }
+  if (json) {
+    nlohmann::ordered_json j;
+    j["kind"] = "safetensors";
+    j["path"] = path;
+    j["file_bytes"] = h.file_bytes();
+    j["data_start"] = h.data_start;
+    j["data_bytes"] = h.data_bytes;
+    j["num_tensors"] = h.tensors.size();
+    j["dtypes"] = dtype_json(dtypes);
+    j["metadata"] = h.metadata;
+    if (tensors) {
+      j["tensors"] = nlohmann::ordered_json::array();
+      for (const SafetensorsTensor& t : h.tensors) {
+        j["tensors"].push_back({{"name", t.name},
+                                {"dtype", t.dtype},
+                                {"shape", t.shape},
+                                {"bytes", t.nbytes()},
+                                {"data_offsets", {t.begin, t.end}}});
+      }
+    }
+    std::cout << j.dump(2) << "\n";
+    std::cout.flush();
+    return kExitOk;
+  }
+  std::cout << "safetensors " << path << "\n";
+  row("file size",
+      format_bytes(h.file_bytes()) + " (" + std::to_string(h.file_bytes()) + " bytes)");
+  row("header", std::to_string(h.data_start) + " bytes: data starts at offset " +
+                    std::to_string(h.data_start) +
+                    (h.data_start % kSafetensorsDefaultAlignment == 0 ? " (page-aligned)" : ""));
+  row("tensors", count(h.tensors.size(), "tensor", "tensors") + ", " + format_bytes(h.data_bytes));
+  row("dtypes", dtype_summary(dtypes));
+  std::string metadata;
+  for (const auto& [k, v] : h.metadata) metadata += (metadata.empty() ? "" : ", ") + k + "=" + v;
+  row("metadata", metadata.empty() ? "-" : metadata);
+  if (tensors) {
+    std::cout << "tensors:\n";
+    std::vector<std::vector<std::string>> rows = {
+        {"NAME", "DTYPE", "SHAPE", "SIZE", "DATA OFFSETS"}};
+    for (const SafetensorsTensor& t : h.tensors) {
+      rows.push_back({t.name, t.dtype, shape_string(t.shape), format_bytes(t.nbytes()),
+                      std::to_string(t.begin) + "-" + std::to_string(t.end)});
+    }
+    print_table(rows, "  ");
+  }
+  std::cout.flush();
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& parent) {
+  struct Args {
+    std::string path;
+    bool json = false;
+    bool tensors = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "inspect",
+      "Describe a checkpoint directory (manifest), a .safetensors file (header) or a root (list)");
+  app->add_option("PATH", args->path, "Checkpoint directory, .safetensors file, or checkpoint root")
+      ->required();
+  app->add_flag("--json", args->json, "Print one JSON object instead of text");
+  app->add_flag("--tensors", args->tensors, "List every tensor: name, dtype, shape, size, file");
+  return {app, [args] {
+            PathInfo p = classify_path(args->path);
+            switch (p.kind) {
+              case PathKind::kMissing:
+                return fail(kCommand, p.error, kExitUsage);
+              case PathKind::kCheckpoint:
+                return inspect_checkpoint(p.path, args->json, args->tensors);
+              case PathKind::kSafetensors:
+                return inspect_safetensors(p.path, args->json, args->tensors);
+              case PathKind::kRoot:
+                return print_root_listing(kCommand, p.path, args->json);
+              case PathKind::kOtherFile:
+                break;
+            }
+            return fail(kCommand,
+                        args->path +
+                            " is not a checkpoint directory, a checkpoint root or a "
+                            "safetensors file (torch files: `fastpersist convert` turns "
+                            "them into safetensors)",
+                        kExitUsage);
+          }};
+}
+
+}  // namespace fastpersist::cli

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist list ROOT`: the committed checkpoints of a root, oldest to newest, the one
+// `latest` names, and the directories that look like checkpoints but would not load (with the
+// reason). Reads manifests only (cheap); `fastpersist verify ROOT` checks every byte.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint_paths.h"
+#include "command.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "format.h"
+
+namespace fastpersist::cli {
+
+int print_root_listing(const std::string& command, const std::string& root, bool json) {
+  std::vector<std::string> skipped_raw;
+  auto listed = list_checkpoints(root, &skipped_raw);
+  if (!listed.is_ok()) return fail(command, listed.status().to_string(), kExitFailure);
+  auto latest = latest_checkpoint(root);
+  if (!latest.is_ok()) return fail(command, latest.status().to_string(), kExitFailure);
+  const std::vector<CheckpointInfo>& all = *listed;
+  const std::optional<std::string>& latest_tag = *latest;
+  std::vector<SkippedDir> skipped = split_skipped(skipped_raw);
+
+  if (json) {
+    nlohmann::ordered_json j;
+    j["root"] = root;
+    j["latest"] =
+        latest_tag ? nlohmann::ordered_json(*latest_tag) : nlohmann::ordered_json(nullptr);
+    j["checkpoints"] = nlohmann::ordered_json::array();
+    for (const CheckpointInfo& c : all) {
+      j["checkpoints"].push_back(
+          {{"tag", c.tag},
+           {"step", c.step ? nlohmann::ordered_json(*c.step) : nlohmann::ordered_json(nullptr)},
+           {"sequence", c.sequence},
+           {"created_unix", c.created_unix},
+           {"created", iso_time_utc(c.created_unix)},
+           {"tensor_bytes", c.tensor_bytes},
+           {"total_bytes", c.total_bytes},
+           {"num_tensors", c.num_tensors},
+           {"latest", latest_tag && *latest_tag == c.tag}});
+    }
+    j["skipped"] = nlohmann::ordered_json::array();
+    for (const SkippedDir& s : skipped)
+      j["skipped"].push_back({{"tag", s.tag}, {"reason", s.reason}});
+    std::cout << j.dump(2) << "\n";
+    std::cout.flush();
+    return kExitOk;
+  }
+
+  std::cout << root << ": ";
+  if (all.empty()) {
+    std::cout << "no committed checkpoints\n";
+  } else {
+    std::cout << all.size() << (all.size() == 1 ? " checkpoint" : " checkpoints") << ", latest "
+              << latest_tag.value_or("-") << "\n";
+    std::vector<std::vector<std::string>> rows = {
+        {"TAG", "STEP", "CREATED (UTC)", "SIZE", "TENSORS"}};
+    for (const CheckpointInfo& c : all) {
+      rows.push_back({c.tag, c.step ? std::to_string(*c.step) : "-", iso_time_utc(c.created_unix),
+                      format_bytes(c.total_bytes), std::to_string(c.num_tensors)});
+    }
+    std::vector<size_t> widths(rows[0].size(), 0);
+    for (const auto& r : rows) {
+      for (size_t i = 0; i < r.size(); ++i) widths[i] = std::max(widths[i], r[i].size());
+    }
+    for (size_t k = 0; k < rows.size(); ++k) {
+      bool is_latest = k > 0 && latest_tag && *latest_tag == all[k - 1].tag;
+      std::string line = is_latest ? "* " : "  ";
+      for (size_t i = 0; i < rows[k].size(); ++i) {
+        line += i + 1 < rows[k].size() ? pad(rows[k][i], widths[i] + 2) : rows[k][i];
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      std::cout << line << "\n";
+    }
+    std::cout << "(* = latest)\n";
+  }
+  if (!skipped.empty()) {
+    std::cout << "skipped " << skipped.size()
+              << (skipped.size() == 1 ? " directory" : " directories")
+              << " that would not load (run `fastpersist verify` on them):\n";
+    for (const SkippedDir& s : skipped) std::cout << "  " << s.tag << ": " << s.reason << "\n";
+  }
+  std::cout.flush();
+  return kExitOk;
+}
+
+Command add_list_command(CLI::App& parent) {
+  struct Args {
+    std::string root;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "list", "The committed checkpoints of a root, oldest to newest, and damaged directories");
+  app->add_option("ROOT", args->root, "Checkpoint root (the directory a CheckpointManager uses)")
+      ->required();
+  app->add_flag("--json", args->json, "Print one JSON object instead of text");
+  return {app, [args] {
+            PathInfo p = classify_path(args->root);
+            switch (p.kind) {
+              case PathKind::kMissing:
+                return fail("list", p.error, kExitUsage);
+              case PathKind::kRoot:
+                return print_root_listing("list", args->root, args->json);
+              case PathKind::kCheckpoint:
+                return fail("list",
+                            args->root +
+                                " is a checkpoint directory, not a root; "
+                                "`fastpersist inspect " +
+                                args->root + "` describes it",
+                            kExitUsage);
+              case PathKind::kSafetensors:
+              case PathKind::kOtherFile:
+                break;
+            }
+            return fail("list",
+                        args->root +
+                            " is a file, not a checkpoint root (a directory); "
+                            "`fastpersist inspect` describes safetensors files",
+                        kExitUsage);
+          }};
+}
+
+}  // namespace fastpersist::cli

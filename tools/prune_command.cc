@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist prune ROOT --keep-last N [--keep-every K]`: applies a retention policy to a
+// root now, through a CheckpointManager, so it takes the root's lock (a training job that is
+// writing there makes it fail cleanly instead of racing it) and removes each checkpoint the
+// safe way (renamed aside first). The newest checkpoint is always kept. --dry-run only lists.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "checkpoint/retention.h"
+#include "checkpoint_paths.h"
+#include "command.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/options.h"
+
+namespace fastpersist::cli {
+namespace {
+
+constexpr const char* kCommand = "prune";
+
+struct Args {
+  std::string root;
+  unsigned keep_last = 0;
+  std::optional<int64_t> keep_every;
+  bool dry_run = false;
+  bool json = false;
+};
+
+std::string lock_message(const Status& st) {
+  return st.code() == StatusCode::kBusy ? st.message() : st.to_string();
+}
+
+// Whether another manager holds <root>/.lock, found without creating or writing anything
+// (a real lock attempt records its pid in the file). Empty when free; else a sentence.
+std::string lock_holder(const std::string& root) {
+  std::string path = root + "/.lock";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";  // never locked
+  std::string holder;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    holder = "checkpoint root " + root + " is in use by another CheckpointManager" +
+             (pid.empty() ? "" : " (pid " + pid + ")");
+  }
+  ::close(fd);  // drops the lock if we got it
+  return holder;
+}
+
+std::vector<std::string> tags_of(const std::vector<CheckpointInfo>& infos) {
+  std::vector<std::string> tags;
+  for (const CheckpointInfo& c : infos) tags.push_back(c.tag);
+  return tags;
+}
+
+int report(const Args& a, const std::vector<std::string>& removed,
+           const std::vector<std::string>& kept, const std::string& note) {
+  if (a.json) {
+    nlohmann::ordered_json j = {
+        {"root", a.root}, {"dry_run", a.dry_run}, {"removed", removed}, {"kept", kept}};
+    if (!note.empty()) j["note"] = note;
+    std::cout << j.dump(2) << "\n";
+    std::cout.flush();
+    return kExitOk;
+  }
+  const char* verb = a.dry_run ? "would remove " : "removed ";
+  for (const std::string& tag : removed) std::cout << verb << tag << "\n";
+  std::string kept_text;
+  for (const std::string& tag : kept) kept_text += (kept_text.empty() ? "" : ", ") + tag;
+  if (removed.empty()) {
+    std::cout << "nothing to remove: " << kept.size()
+              << (kept.size() == 1 ? " checkpoint" : " checkpoints") << " kept";
+  } else {
+    std::cout << (a.dry_run ? "dry run: would remove " : "removed ") << removed.size() << ", "
+              << (a.dry_run ? "keep " : "kept ") << kept.size();
+  }
+  std::cout << (kept_text.empty() ? "" : " (" + kept_text + ")") << "\n";
+  if (a.dry_run) std::cout << "nothing was changed (dry run)\n";
+  if (!note.empty()) std::cout << "note: " << note << "\n";
+  std::cout.flush();
+  return kExitOk;
+}
+
+int run(const Args& a) {
+  PathInfo p = classify_path(a.root);
+  if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
+  if (p.kind == PathKind::kCheckpoint) {
+    return fail(kCommand,
+                a.root +
+                    " is a checkpoint directory, not a root: prune the directory "
+                    "that holds it",
+                kExitUsage);
+  }
+  if (p.kind != PathKind::kRoot) {
+    return fail(kCommand, a.root + " is a file, not a checkpoint root (a directory)", kExitUsage);
+  }
+  const std::optional<unsigned> keep_last = a.keep_last;
+
+  if (a.dry_run) {
+    // Changes nothing: no debris cleanup, no lock kept. Says whether a real prune could lock.
+    std::string note = lock_holder(a.root);
+    if (!note.empty()) note = "a real prune would fail now: " + note;
+    auto committed = list_checkpoints(a.root);
+    if (!committed.is_ok()) return fail(kCommand, committed.status().to_string(), kExitFailure);
+    std::vector<std::string> removed =
+        checkpoint::select_for_removal(*committed, keep_last, a.keep_every);
+    std::set<std::string> gone(removed.begin(), removed.end());
+    std::vector<std::string> kept;
+    for (const CheckpointInfo& c : *committed) {
+      if (gone.count(c.tag) == 0) kept.push_back(c.tag);
+    }
+    return report(a, removed, kept, note);
+  }
+
+  auto options = engine_options_from_env();
+  if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
+  CheckpointOptions copts;
+  copts.engine = *options;
+  auto manager = CheckpointManager::open(a.root, copts);
+  if (!manager.is_ok()) return fail(kCommand, lock_message(manager.status()), kExitFailure);
+  auto removed = (*manager)->prune(keep_last, a.keep_every);
+  auto remaining = (*manager)->list();
+  Status closed = (*manager)->close();
+  if (!removed.is_ok()) return fail(kCommand, removed.status().to_string(), kExitFailure);
+  if (!closed.is_ok()) return fail(kCommand, closed.to_string(), kExitFailure);
+  return report(a, *removed, remaining.is_ok() ? tags_of(*remaining) : std::vector<std::string>{},
+                "");
+}
+
+}  // namespace
+
+Command add_prune_command(CLI::App& parent) {
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "prune",
+      "Remove old checkpoints of a root (keeps the newest N, and milestones with --keep-every); "
+      "takes the root's lock");
+  app->add_option("ROOT", args->root, "Checkpoint root")->required();
+  app->add_option("--keep-last", args->keep_last, "Keep the newest N checkpoints (N >= 1)")
+      ->required()
+      ->check(CLI::Range(1u, 1u << 30));
+  app->add_option("--keep-every", args->keep_every,
+                  "Also keep every checkpoint whose step is a multiple of K")
+      ->check(CLI::Range(int64_t{1}, INT64_MAX));
+  app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
+  app->add_flag("--json", args->json, "Print one JSON object instead of text");
+  return {app, [args] { return run(*args); }};
+}
+
+}  // namespace fastpersist::cli
