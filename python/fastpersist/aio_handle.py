@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from . import _core
+from ._engine_options import check_uint, engine_options
 from ._buffers import is_torch_tensor, resolve
 from ._keepalive import KeepAlive
 
 FileTarget = Union[str, "os.PathLike[str]", int]
 
-_UINT_MAX = (1 << 32) - 1
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,8 @@ class IoStats:
     last_fallback_reason: str
 
 
-def _check_uint(name: str, value: Any, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}")
-    if value < 0 or value > maximum:
-        raise ValueError(f"fastpersist: {name} must be in [0, {maximum}], got {value}")
-    return value
-
-
 def _check_offset(file_offset: Any) -> int:
-    return _check_uint("file_offset", file_offset, (1 << 63) - 1)
+    return check_uint("file_offset", file_offset, (1 << 63) - 1)
 
 
 def _target(filename: Any, fd: Optional[int]) -> Union[str, int]:
@@ -112,25 +104,12 @@ class AioHandle:
         direct_io: Optional[bool] = None,
         direct_io_min_bytes: Optional[int] = None,
     ) -> None:
-        # Environment first (so FASTPERSIST_* tunes what the caller left open), then the
-        # caller's explicit arguments, which always win.
-        options = _core.engine_options_from_env(_core.EngineOptions())
-        options.block_size = _check_uint("block_size", block_size, (1 << 64) - 1)
-        options.queue_depth = _check_uint("queue_depth", queue_depth, _UINT_MAX)
-        options.single_submit = bool(single_submit)
-        options.overlap_events = bool(overlap_events)
-        options.intra_op_parallelism = _check_uint(
-            "intra_op_parallelism", intra_op_parallelism, _UINT_MAX
-        )
-        if backend is not None:
-            options.backend = str(backend)
-        if direct_io is not None:
-            options.direct_io = bool(direct_io)
-        if direct_io_min_bytes is not None:
-            options.direct_io_min_bytes = _check_uint(
-                "direct_io_min_bytes", direct_io_min_bytes, (1 << 64) - 1
-            )
-        options.validate()
+        # DeepNVMe's constructor always sets these five knobs; the environment tunes the rest.
+        options = engine_options(
+            backend=backend, block_size=block_size, queue_depth=queue_depth,
+            intra_op_parallelism=intra_op_parallelism, single_submit=single_submit,
+            overlap_events=overlap_events, direct_io=direct_io,
+            direct_io_min_bytes=direct_io_min_bytes)
         self._h = _core.AioHandle.create(options)
         # Objects of async requests, kept alive until their I/O finished (_keepalive.py).
         self._keepalive = KeepAlive()
@@ -264,7 +243,7 @@ class AioHandle:
     # ---------------------------------------------------------------- pinned memory
     def new_cpu_locked_buffer(self, nbytes: int) -> "_core.PinnedBuffer":
         """Pinned, page-aligned host memory of `nbytes` bytes (a buffer-protocol object)."""
-        return self._h.new_cpu_locked_buffer(_check_uint("nbytes", nbytes, (1 << 63) - 1))
+        return self._h.new_cpu_locked_buffer(check_uint("nbytes", nbytes, (1 << 63) - 1))
 
     def free_cpu_locked_buffer(self, buffer: Any) -> bool:
         """Stops tracking a buffer from new_cpu_locked_buffer (memory goes with its last user)."""
@@ -288,7 +267,7 @@ class AioHandle:
                 "fastpersist: new_cpu_locked_tensor needs an example tensor (or a dtype)"
             )
         dtype = example_tensor if isinstance(example_tensor, torch.dtype) else example_tensor.dtype
-        num_elem = _check_uint("num_elem", int(num_elem), (1 << 62) - 1)
+        num_elem = check_uint("num_elem", int(num_elem), (1 << 62) - 1)
         element_size = torch.empty((), dtype=dtype).element_size()
         nbytes = num_elem * element_size
         if nbytes == 0:
@@ -311,7 +290,7 @@ class AioHandle:
         shape_tuple = (shape,) if isinstance(shape, int) else tuple(shape)
         count = 1
         for dim in shape_tuple:
-            count *= _check_uint("shape", int(dim), (1 << 62) - 1)
+            count *= check_uint("shape", int(dim), (1 << 62) - 1)
         nbytes = count * dtype.itemsize
         if nbytes == 0:
             return numpy.empty(shape_tuple, dtype=dtype)

@@ -19,36 +19,11 @@ from types import TracebackType
 from typing import Any, Dict, Optional, Type, Union
 
 from . import _core
+from ._engine_options import engine_options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 _MiB = 1 << 20
-
-
-def engine_options(
-    backend: Optional[str] = None,
-    block_size: Optional[int] = None,
-    queue_depth: Optional[int] = None,
-    intra_op_parallelism: Optional[int] = None,
-    single_submit: Optional[bool] = None,
-    overlap_events: Optional[bool] = None,
-) -> Any:
-    """EngineOptions: the C++ defaults, then FASTPERSIST_* variables, then the arguments given."""
-    o = _core.engine_options_from_env(_core.EngineOptions())
-    if backend is not None:
-        o.backend = str(backend)
-    if block_size is not None:
-        o.block_size = int(block_size)
-    if queue_depth is not None:
-        o.queue_depth = int(queue_depth)
-    if intra_op_parallelism is not None:
-        o.intra_op_parallelism = int(intra_op_parallelism)
-    if single_submit is not None:
-        o.single_submit = bool(single_submit)
-    if overlap_events is not None:
-        o.overlap_events = bool(overlap_events)
-    o.validate()
-    return o
 
 
 class FastFileWriter:
