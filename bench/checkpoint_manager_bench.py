@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -50,33 +50,31 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def fio(args: argparse.Namespace, rw: str, path: str, size: int) -> float:
+def fio_run(args: argparse.Namespace, rw: str, path: str, size: Optional[int] = None):
+    """(bytes, seconds) of one fio O_DIRECT job; without `size` it reads the whole file."""
     cmd = [args.fio, "--name=ref", f"--filename={path}", f"--rw={rw}", "--direct=1",
-           "--ioengine=io_uring", "--bs=8M", "--iodepth=32", f"--size={size}",
-           "--output-format=json"]
+           "--ioengine=io_uring", "--bs=8M", "--iodepth=32", "--output-format=json"]
+    if size is not None:
+        cmd.append(f"--size={size}")
     if rw == "write":
         cmd.append("--end_fsync=1")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     job = json.loads(out[out.find("{"):])["jobs"][0]
     part = job["write" if rw == "write" else "read"]
-    if job.get("error") or part["io_bytes"] != size:
+    if job.get("error") or (size is not None and part["io_bytes"] != size):
         raise RuntimeError(f"fio {rw} failed: {shlex.join(cmd)}")
-    return part["io_bytes"] / GB / (part["runtime"] / 1000.0)
+    return part["io_bytes"], part["runtime"] / 1000.0  # runtime includes the end fsync
+
+
+def fio(args: argparse.Namespace, rw: str, path: str, size: int) -> float:
+    n, secs = fio_run(args, rw, path, size)
+    return n / GB / secs
 
 
 def fio_read_files(args: argparse.Namespace, paths: List[str]) -> float:
     """fio's O_DIRECT read of existing files, one after the other: GB/s over all of them."""
-    total_bytes, total_secs = 0, 0.0
-    for path in paths:
-        cmd = [args.fio, "--name=ref", f"--filename={path}", "--rw=read", "--direct=1",
-               "--ioengine=io_uring", "--bs=8M", "--iodepth=32", "--output-format=json"]
-        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-        job = json.loads(out[out.find("{"):])["jobs"][0]
-        if job.get("error"):
-            raise RuntimeError(f"fio read failed: {shlex.join(cmd)}")
-        total_bytes += job["read"]["io_bytes"]
-        total_secs += job["read"]["runtime"] / 1000.0
-    return total_bytes / GB / total_secs
+    runs = [fio_run(args, "read", p) for p in paths]
+    return sum(n for n, _ in runs) / GB / sum(t for _, t in runs)
 
 
 def evict_dir(path: str) -> None:

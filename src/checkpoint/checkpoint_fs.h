@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fastpersist/manifest.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
@@ -29,6 +30,9 @@ Status remove_tree(const std::string& path);
 Result<std::vector<std::string>> list_dir(const std::string& dir);
 // Size of a regular file (kNotFound when absent, kDataLoss when not a regular file).
 Result<uint64_t> file_size(const std::string& path);
+// Every file `manifest` names exists in `dir` with its recorded size (kDataLoss names the
+// first that does not): the cheap check behind listing and opening a checkpoint.
+Status check_manifest_files(const std::string& dir, const Manifest& manifest);
 // A short string unique within this machine for temporary names: "<pid>-<counter>-<random>".
 std::string unique_suffix();
 

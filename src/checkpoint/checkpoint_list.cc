@@ -17,19 +17,7 @@ namespace {
 // The manifest of `dir` if the directory passes the cheap checks.
 Result<Manifest> committed_manifest(const std::string& dir) {
   FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
-  for (const ManifestFile& f : m.files) {
-    std::string path = checkpoint::join_path(dir, f.name);
-    auto size = checkpoint::file_size(path);
-    if (!size.is_ok()) {
-      return Status(StatusCode::kDataLoss, "file " + f.name + " named by the manifest is missing")
-          .with_path(path);
-    }
-    if (*size != f.size) {
-      return Status(StatusCode::kDataLoss, "file " + f.name + " is " + std::to_string(*size) +
-                                               " bytes, the manifest says " + std::to_string(f.size))
-          .with_path(path);
-    }
-  }
+  FP_RETURN_IF_ERROR(checkpoint::check_manifest_files(dir, m));
   return m;
 }
 

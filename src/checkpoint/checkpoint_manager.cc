@@ -205,7 +205,8 @@ CheckpointManager::~CheckpointManager() {
 
 Result<PendingSave> CheckpointManager::save_async(const std::string& tag, CheckpointContent content) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
-  FP_RETURN_IF_ERROR(checkpoint::validate_content(content, impl_->options));
+  FP_ASSIGN_OR_RETURN(std::vector<checkpoint::PlannedFile> files,
+                      checkpoint::plan_content(content, impl_->options));
   Impl& m = *impl_;
   std::unique_lock lock(m.mu);
   if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
@@ -225,6 +226,7 @@ Result<PendingSave> CheckpointManager::save_async(const std::string& tag, Checkp
   job.root = m.root;
   job.tag = tag;
   job.content = std::move(content);
+  job.files = std::move(files);
   job.state = state;
   m.queue.push_back(std::move(job));
   m.pending_tags.insert(tag);

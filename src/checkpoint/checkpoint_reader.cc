@@ -83,19 +83,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
                                                                  std::shared_ptr<IoEngine> engine) {
   if (!engine) return Status(StatusCode::kInvalidArgument, "CheckpointReader needs an engine");
   FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
-  for (const ManifestFile& f : m.files) {
-    std::string path = checkpoint::join_path(dir, f.name);
-    auto size = checkpoint::file_size(path);
-    if (!size.is_ok()) {
-      return Status(StatusCode::kDataLoss, "checkpoint file " + f.name + " is missing").with_path(path);
-    }
-    if (*size != f.size) {
-      return Status(StatusCode::kDataLoss, "checkpoint file " + f.name + " is " + std::to_string(*size) +
-                                               " bytes, the manifest says " + std::to_string(f.size) +
-                                               " (truncated or replaced)")
-          .with_path(path);
-    }
-  }
+  FP_RETURN_IF_ERROR(checkpoint::check_manifest_files(dir, m));
   return std::unique_ptr<CheckpointReader>(new CheckpointReader(dir, std::move(m), std::move(engine)));
 }
 

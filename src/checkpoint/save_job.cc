@@ -124,8 +124,7 @@ Status check_aliases(const CheckpointContent& c) {
 
 Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOptions& options,
                  StagingPool& pool, IoEngine& engine, uint64_t* bytes_written) {
-  FP_RETURN_IF_ERROR(check_aliases(job.content));
-  FP_ASSIGN_OR_RETURN(std::vector<PlannedFile> files, plan_files(job.content.tensors, options));
+  const std::vector<PlannedFile>& files = job.files;
 
   // 1.
   if (::mkdir(tmp.c_str(), 0755) != 0) {
@@ -184,13 +183,14 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
 
 }  // namespace
 
-Status validate_content(const CheckpointContent& content, const CheckpointOptions& options) {
+Result<std::vector<PlannedFile>> plan_content(const CheckpointContent& content,
+                                              const CheckpointOptions& options) {
   auto metadata = nlohmann::json::parse(content.metadata_json, nullptr, /*allow_exceptions=*/false);
   if (metadata.is_discarded() || !metadata.is_object()) {
-    return {StatusCode::kInvalidArgument, "checkpoint metadata must be a JSON object"};
+    return Status(StatusCode::kInvalidArgument, "checkpoint metadata must be a JSON object");
   }
   FP_RETURN_IF_ERROR(check_aliases(content));
-  return plan_files(content.tensors, options).status();
+  return plan_files(content.tensors, options);
 }
 
 Status run_save_job(const SaveJob& job, const CheckpointOptions& options, StagingPool& pool,

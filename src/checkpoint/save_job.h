@@ -19,6 +19,7 @@
 #include <string>
 
 #include "checkpoint/pending_save.h"
+#include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/io_engine.h"
@@ -33,12 +34,15 @@ struct SaveJob {
   std::string root;
   std::string tag;
   CheckpointContent content;
+  std::vector<PlannedFile> files;  // from plan_content, made once when the save is queued
   uint64_t sequence = 0;
   std::shared_ptr<PendingSave::State> state;
 };
 
-// The checks save_async makes before queueing: tensor descriptions, names, aliases.
-Status validate_content(const CheckpointContent& content, const CheckpointOptions& options);
+// What save_async does before queueing: checks the metadata, the tensor descriptions, names
+// and aliases (kInvalidArgument), and plans the data files.
+Result<std::vector<PlannedFile>> plan_content(const CheckpointContent& content,
+                                              const CheckpointOptions& options);
 
 // Runs every step; marks the snapshot done as soon as it is; returns the outcome and the
 // bytes written (it does not call state->finish).

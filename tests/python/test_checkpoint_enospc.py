@@ -22,38 +22,17 @@ import pytest
 import torch
 
 import fastpersist
+from _test_support import loop_ext4, run_quiet
 
 _MiB = 1 << 20
 DEBRIS_PREFIXES = (".tmp-", ".trash-", ".latest.tmp-")
 
 
-def _run(cmd: List[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-
-
 @pytest.fixture(scope="module")
 def small_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A 32 MiB ext4 filesystem (4 KiB blocks) on a loop device; always unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a loop ext4 image needs root")
-    if shutil.which("mkfs.ext4") is None or shutil.which("mount") is None:
-        pytest.skip("mkfs.ext4 or mount not installed (apt-get install e2fsprogs mount)")
-    base = tmp_path_factory.mktemp("ckpt_enospc")
-    img, mnt = base / "img", base / "mnt"
-    mnt.mkdir()
-    for cmd in (["truncate", "-s", "32M", str(img)],
-                ["mkfs.ext4", "-q", "-F", "-b", "4096", str(img)]):
-        r = _run(cmd)
-        if r.returncode != 0:
-            pytest.skip(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    r = _run(["mount", "-o", "loop", str(img), str(mnt)])
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount an ext4 image here: {r.stderr.strip()}")
-    try:
+    with loop_ext4(tmp_path_factory.mktemp("ckpt_enospc"), "32M") as mnt:
         yield mnt
-    finally:
-        if _run(["umount", str(mnt)]).returncode != 0:
-            _run(["umount", "-l", str(mnt)])
 
 
 def _free_bytes(folder: Path) -> int:

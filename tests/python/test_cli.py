@@ -13,20 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from _test_support import find_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("io_uring", "libaio", "threads")
 
 
-def _find_cli():
-    candidates = (os.environ.get("FASTPERSIST_CLI"), ROOT / "build" / "tools" / "fastpersist",
-                  shutil.which("fastpersist"))
-    for candidate in candidates:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-CLI = _find_cli()
+CLI = find_cli()
 pytestmark = pytest.mark.skipif(
     CLI is None,
     reason="fastpersist CLI not built: set FASTPERSIST_CLI or build build/tools/fastpersist")

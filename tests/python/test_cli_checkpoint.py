@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from _test_support import find_cli
 import torch
 
 import fastpersist
@@ -26,16 +28,7 @@ TAGS = ["step-00000100", "step-00000200", "step-00000300"]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 
-def _find_cli():
-    candidates = (os.environ.get("FASTPERSIST_CLI"), ROOT / "build" / "tools" / "fastpersist",
-                  shutil.which("fastpersist"))
-    for candidate in candidates:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-CLI = _find_cli()
+CLI = find_cli()
 pytestmark = pytest.mark.skipif(
     CLI is None,
     reason="fastpersist CLI not built: set FASTPERSIST_CLI or build build/tools/fastpersist")

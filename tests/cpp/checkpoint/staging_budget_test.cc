@@ -33,6 +33,7 @@ Status run_job(const std::string& root, const std::string& tag, uint64_t sequenc
   job.root = root;
   job.tag = tag;
   job.content = state.content();
+  FP_ASSIGN_OR_RETURN(job.files, checkpoint::plan_content(job.content, o));
   job.sequence = sequence;
   job.state = std::make_shared<PendingSave::State>(tag);
   uint64_t bytes = 0;

@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Helpers shared by several test files: a loop-mounted ext4 for real ENOSPC, and finding the
+`fastpersist` CLI binary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_quiet(cmd: List[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+@contextlib.contextmanager
+def loop_ext4(base: Path, size: str) -> Iterator[Path]:
+    """An ext4 filesystem of `size` (4 KiB blocks) on a loop device under `base`, mounted for
+    the block and always unmounted afterwards. Skips the test where that is impossible."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a loop ext4 image needs root")
+    if shutil.which("mkfs.ext4") is None or shutil.which("mount") is None:
+        pytest.skip("mkfs.ext4 or mount not installed (apt-get install e2fsprogs mount)")
+    img, mnt = base / "img", base / "mnt"
+    mnt.mkdir()
+    for cmd in (["truncate", "-s", size, str(img)], ["mkfs.ext4", "-q", "-F", "-b", "4096", str(img)]):
+        r = run_quiet(cmd)
+        if r.returncode != 0:
+            pytest.skip(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    r = run_quiet(["mount", "-o", "loop", str(img), str(mnt)])
+    if r.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if run_quiet(["umount", str(mnt)]).returncode != 0:
+            run_quiet(["umount", "-l", str(mnt)])
+
+
+def find_cli() -> Optional[str]:
+    """$FASTPERSIST_CLI, else build/tools/fastpersist, else `fastpersist` on PATH."""
+    candidates = (os.environ.get("FASTPERSIST_CLI"), ROOT / "build" / "tools" / "fastpersist",
+                  shutil.which("fastpersist"))
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
