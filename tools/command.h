@@ -27,5 +27,7 @@ Command add_inspect_command(CLI::App& parent);
 Command add_verify_command(CLI::App& parent);
 Command add_prune_command(CLI::App& parent);
 Command add_convert_command(CLI::App& parent);
+// Maintenance: temporaries of dead writers.
+Command add_clean_command(CLI::App& parent);
 
 }  // namespace fastpersist::cli

@@ -4,6 +4,7 @@
 // read-only memoryview over its own memory, valid only during the call, and the C++ writer
 // copies or finishes the I/O before returning, so no reference outlives the call.
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "fastpersist/fast_file_writer.h"
 #include "fastpersist/file_reader.h"
 #include "fastpersist/io_engine.h"
+#include "fastpersist/stale_files.h"
 
 namespace fastpersist::python {
 namespace {
@@ -119,6 +121,22 @@ void bind_writer(nb::module_& m) {
       "path"_a, "engine_options"_a,
       "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
       "object, not memory-locked) that supports the buffer protocol.");
+
+  m.def(
+      "remove_stale_temp_files",
+      [](const std::string& dir, const std::string& target_name, bool dry_run) {
+        StaleFileReport r = unwrap(without_gil([&] { return remove_stale_temp_files(dir, target_name, dry_run); }));
+        nb::list failed;
+        for (const auto& [path, why] : r.failed) failed.append(nb::make_tuple(path, why));
+        nb::dict out;
+        out["removed"] = r.removed;
+        out["in_use"] = r.in_use;
+        out["failed"] = failed;
+        out["removed_bytes"] = r.removed_bytes;
+        return out;
+      },
+      "dir"_a, "target_name"_a = "", "dry_run"_a = false,
+      "Removes the temporaries of FastFileWriters whose process died (see stale_files.h).");
 }
 
 }  // namespace fastpersist::python

@@ -21,6 +21,7 @@ from . import _core
 from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_io, resolve_backend
 from .aio_handle import AioHandle, IoStats, aio_handle
 from .errors import CheckpointCorruptError, CheckpointLockedError
+from .maintenance import StaleFiles, clean_stale_temp_files
 from .serialization import load, read_file, save
 from .writer import FastFileWriter, MockFileWriter, PyFileWriter
 
@@ -61,9 +62,11 @@ __all__ = [
     "FileIoMode",
     "IoStats",
     "PinnedBuffer",
+    "StaleFiles",
     "__version__",
     "aio_handle",
     "backends",
+    "clean_stale_temp_files",
     "load",
     "load_checkpoint",
     "load_safetensors",

@@ -17,6 +17,7 @@
 #include "common/align.h"
 #include "common/unique_fd.h"
 #include "fastpersist/pinned_buffer.h"
+#include "fastpersist/stale_files.h"
 #include "stream/parallel_commit.h"
 #include "stream/writer_files.h"
 
@@ -95,6 +96,9 @@ Result<std::unique_ptr<FastFileWriter>> FastFileWriter::open(const std::string& 
     FP_ASSIGN_OR_RETURN(impl.fd, stream::open_shared_partial(path, &w->temp_path_));
     impl.digest = std::make_unique<stream::StreamDigest>();
   } else {
+    // Debris of earlier writers of this path that died (best effort: a failure to clean up must
+    // not fail this save; `fastpersist clean` reports such files).
+    (void)remove_stale_temp_files(stream::dir_of(path), stream::base_of(path));
     FP_ASSIGN_OR_RETURN(impl.fd, stream::create_temp_beside(path, &w->temp_path_));
   }
   w->preallocate_ = options.preallocate_max_bytes > 0;
@@ -291,8 +295,10 @@ Status FastFileWriter::finish_single() {
   if (options_.durable && ::fdatasync(fd) != 0) {
     return Status::from_errno(errno, "fdatasync failed").with_path(temp_path_);
   }
-  impl_->fd.reset();
+  // Rename while the descriptor (and so the temporary's lock) is still held: a remover of dead
+  // writers' temporaries must never take this file for debris.
   FP_RETURN_IF_ERROR(stream::commit_rename(temp_path_, path_, options_.durable));
+  impl_->fd.reset();
   committed_ = true;
   return Status::ok();
 }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,14 +32,27 @@ Result<UniqueFd> create_temp_beside(const std::string& target, std::string* temp
   if (::stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return Status(StatusCode::kIoError, "target is a directory", EISDIR).with_path(target);
   }
-  std::string templ = dir_of(target) + "/." + base + ".fp-tmp-XXXXXX";
-  int fd = ::mkostemp(templ.data(), O_CLOEXEC);
-  if (fd < 0) {
-    return Status::from_errno(errno, "cannot create a temporary file next to the target").with_path(target);
+  // A remover of dead writers' temporaries (stale_files.cc) may take a fresh temporary's lock
+  // before we do and delete it; then we simply make another one. Each round needs a remover to
+  // win that race again, so a handful of rounds is plenty.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string templ = dir_of(target) + "/." + base + ".fp-tmp-XXXXXX";
+    UniqueFd fd(::mkostemp(templ.data(), O_CLOEXEC));
+    if (!fd.valid()) {
+      return Status::from_errno(errno, "cannot create a temporary file next to the target").with_path(target);
+    }
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) continue;  // a remover holds it and is deleting it
+      return Status::from_errno(errno, "cannot lock the temporary file").with_path(templ);
+    }
+    if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(templ);
+    if (st.st_nlink == 0) continue;  // deleted by a remover before we locked it
+    ::fchmod(fd.get(), 0644);        // mkostemp makes 0600; a checkpoint is an ordinary file
+    *temp_path = templ;
+    return fd;
   }
-  ::fchmod(fd, 0644);  // mkostemp makes 0600; a checkpoint is an ordinary file
-  *temp_path = templ;
-  return UniqueFd(fd);
+  return Status(StatusCode::kIoError, "cannot keep a temporary file next to the target: something "
+                                      "keeps deleting it").with_path(target);
 }
 
 Status fsync_parent_dir(const std::string& path) {

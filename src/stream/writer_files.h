@@ -9,7 +9,9 @@
 
 namespace fastpersist::stream {
 
-// "<dir>/.<name>.fp-tmp-XXXXXX", created O_EXCL next to `target` (so rename is atomic).
+// "<dir>/.<name>.fp-tmp-XXXXXX", created O_EXCL next to `target` (so rename is atomic) and
+// flock()ed exclusively through the returned descriptor, which must stay open until the file is
+// renamed or unlinked: the lock tells remove_stale_temp_files() that its writer is alive.
 Result<UniqueFd> create_temp_beside(const std::string& target, std::string* temp_path);
 // fsync of the directory holding `path`, so a rename in it is durable.
 Status fsync_parent_dir(const std::string& path);

@@ -4,8 +4,8 @@
 SIGKILL. Never a partial file at the target path, the previous file untouched, never a hang.
 
 A killed writer cannot remove its temporary: it stays as ``.<name>.fp-tmp-XXXXXX`` next to the
-target. Removing such leftovers is the caller's job (later, the CheckpointManager's); these tests
-pin down the name so that a cleanup can find them.
+target, unlocked. The next writer of that target removes it, and so does
+``fastpersist.clean_stale_temp_files`` (test_stale_files.py covers both in detail).
 """
 
 from __future__ import annotations
@@ -256,8 +256,9 @@ def test_sigkill_mid_save_never_leaves_a_bad_file(tmp_path, trial):
     assert version in (last, last + 1), f"version {version} after reported {printed}"
     assert loaded["data"].numel() == 24 << 20
     assert bool((loaded["data"] == version % 251).all()), f"torn data in version {version}"
-    for name in leftovers:  # the caller's cleanup: safe to delete, never a checkpoint
-        os.unlink(tmp_path / name)
+    cleaned = fastpersist.clean_stale_temp_files(tmp_path)
+    assert sorted(os.path.basename(p) for p in cleaned.removed) == sorted(leftovers)
+    assert _entries(tmp_path) == ["ckpt.pt"]
 
 
 # ---------------------------------------------------------------------------- GPU

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// Removal of dead writers' temporaries; the reasoning is in include/fastpersist/stale_files.h.
+#include "fastpersist/stale_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "common/unique_fd.h"
+
+namespace fastpersist {
+namespace {
+
+constexpr const char kTempMarker[] = ".fp-tmp-";
+constexpr size_t kTempSuffixLength = 6;  // mkostemp's XXXXXX
+
+enum class Verdict { kRemoved, kInUse, kGone, kFailed };
+
+// Takes the file's lock without waiting; a writer holds it for the file's whole life, so
+// getting it proves the writer is dead. Removes the file while still holding the lock, and only
+// if the name still refers to the locked file.
+Verdict remove_if_dead(const std::string& path, bool dry_run, uint64_t* bytes, std::string* why) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return Verdict::kGone;  // committed or aborted meanwhile
+    *why = std::strerror(errno);
+    return Verdict::kFailed;
+  }
+  struct stat held {};
+  if (::fstat(fd.get(), &held) != 0 || !S_ISREG(held.st_mode)) {
+    *why = "not a regular file";
+    return Verdict::kFailed;
+  }
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return Verdict::kInUse;
+    *why = std::string("cannot lock it: ") + std::strerror(errno);
+    return Verdict::kFailed;
+  }
+  struct stat named {};
+  if (::lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino || named.st_dev != held.st_dev) {
+    return Verdict::kGone;
+  }
+  *bytes = static_cast<uint64_t>(held.st_blocks) * 512;  // what removing it gives back
+  if (!dry_run && ::unlink(path.c_str()) != 0) {
+    *why = std::strerror(errno);
+    return Verdict::kFailed;
+  }
+  return Verdict::kRemoved;
+}
+
+}  // namespace
+
+bool is_writer_temp_name(const std::string& name, std::string* target_name) {
+  const size_t marker_length = sizeof(kTempMarker) - 1;
+  if (name.size() < 1 + marker_length + kTempSuffixLength || name[0] != '.') return false;
+  size_t marker = name.size() - kTempSuffixLength - marker_length;
+  if (name.compare(marker, marker_length, kTempMarker) != 0 || marker < 2) return false;
+  if (target_name != nullptr) *target_name = name.substr(1, marker - 1);
+  return true;
+}
+
+Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const std::string& target_name,
+                                                bool dry_run) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (d == nullptr) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* e = ::readdir(d.get())) {
+    std::string name = e->d_name, target;
+    if (is_writer_temp_name(name, &target) && (target_name.empty() || target == target_name)) {
+      names.push_back(std::move(name));
+    }
+  }
+  if (errno != 0) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
+  std::sort(names.begin(), names.end());
+
+  StaleFileReport report;
+  for (const std::string& name : names) {
+    std::string path = (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name;
+    uint64_t bytes = 0;
+    std::string why;
+    switch (remove_if_dead(path, dry_run, &bytes, &why)) {
+      case Verdict::kRemoved:
+        report.removed.push_back(path);
+        report.removed_bytes += bytes;
+        break;
+      case Verdict::kInUse:
+        report.in_use.push_back(path);
+        break;
+      case Verdict::kFailed:
+        report.failed.emplace_back(path, why);
+        break;
+      case Verdict::kGone:
+        break;
+    }
+  }
+  return report;
+}
+
+}  // namespace fastpersist

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+// Temporaries of dead FastFileWriters: found by their lock, removed by the next writer of the
+// same path and by remove_stale_temp_files(); a living writer's temporary is never touched.
+#include "fastpersist/stale_files.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "fastpersist/fast_file_writer.h"
+#include "testing/temp_dir.h"
+#include "testing/test_util.h"
+
+namespace fastpersist {
+namespace {
+
+using testing::TempDir;
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+size_t count_temps(const std::string& dir, const std::string& target = "") {
+  size_t n = 0;
+  for (const std::string& name : list_dir(dir)) {
+    std::string t;
+    if (is_writer_temp_name(name, &t) && (target.empty() || t == target)) ++n;
+  }
+  return n;
+}
+
+// A child process opens a writer on `path`, writes `bytes` (through a small staging buffer, so
+// they reach the file) and dies without closing it, as a SIGKILL would leave it: no destructor,
+// no abort. Its temporary stays behind.
+void die_while_writing(const std::string& path, size_t bytes) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    FastFileWriterOptions o;
+    o.io_buffer_bytes = 64 << 10;
+    auto w = FastFileWriter::open(path, o);
+    if (!w.is_ok()) _exit(2);
+    auto data = testing::random_bytes(bytes, 3);
+    if (!(*w)->write(data.data(), data.size()).is_ok()) _exit(3);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+Status save(const std::string& path, std::span<const std::byte> data) {
+  FP_ASSIGN_OR_RETURN(auto w, FastFileWriter::open(path));
+  FP_RETURN_IF_ERROR(w->write(data.data(), data.size()));
+  return w->close();
+}
+
+TEST(WriterTempName, RecognisesOnlyWriterTemporaries) {
+  std::string target;
+  EXPECT_TRUE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c3", &target));
+  EXPECT_EQ(target, "ckpt.pt");
+  EXPECT_TRUE(is_writer_temp_name("..hidden.fp-tmp-XXXXXX", &target));
+  EXPECT_EQ(target, ".hidden");
+  EXPECT_FALSE(is_writer_temp_name("ckpt.pt.fp-tmp-a1B2c3"));   // no leading dot
+  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c"));   // suffix too short
+  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c3d")); // suffix too long
+  EXPECT_FALSE(is_writer_temp_name("..fp-tmp-a1B2c3"));         // no target name
+  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-partial"));
+  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt"));
+}
+
+TEST(StaleTempFiles, TheNextWriterOfThePathRemovesADeadWritersTemporary) {
+  TempDir dir;
+  const std::string path = dir.file("model.pt");
+  die_while_writing(path, (5 << 20) + 7);
+  die_while_writing(dir.file("other.pt"), 100);
+  ASSERT_EQ(count_temps(dir.path(), "model.pt"), 1u);
+  die_while_writing(path, 100);  // its open removed the first one's temporary; its own stays
+  ASSERT_EQ(count_temps(dir.path(), "model.pt"), 1u);
+
+  auto data = testing::random_bytes((3 << 20) + 1, 9);
+  ASSERT_TRUE(save(path, data).is_ok());
+  EXPECT_EQ(count_temps(dir.path(), "model.pt"), 0u);
+  EXPECT_EQ(count_temps(dir.path(), "other.pt"), 1u) << "another target's debris is left to its own writer";
+  auto back = testing::read_whole_file(path);
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ("", testing::first_difference(data, *back));
+}
+
+TEST(StaleTempFiles, ALivingWritersTemporaryIsNeverRemoved) {
+  TempDir dir;
+  auto live = FastFileWriter::open(dir.file("live.pt"));
+  ASSERT_TRUE(live.is_ok());
+  auto data = testing::random_bytes(1 << 20, 4);
+  ASSERT_TRUE((*live)->write(data.data(), data.size()).is_ok());
+  die_while_writing(dir.file("dead.pt"), 4096);
+
+  auto report = remove_stale_temp_files(dir.path());
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  ASSERT_EQ(report->in_use.size(), 1u);
+  EXPECT_EQ(report->in_use[0], (*live)->temp_path());
+  ASSERT_EQ(report->removed.size(), 1u);
+  EXPECT_EQ(count_temps(dir.path(), "dead.pt"), 0u);
+  EXPECT_TRUE(report->failed.empty());
+
+  // A second writer of the same path leaves the first one's temporary alone too.
+  auto second = FastFileWriter::open(dir.file("live.pt"));
+  ASSERT_TRUE(second.is_ok());
+  EXPECT_EQ(count_temps(dir.path(), "live.pt"), 2u);
+  (*second)->abort();
+
+  ASSERT_TRUE((*live)->close().is_ok());
+  auto back = testing::read_whole_file(dir.file("live.pt"));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ("", testing::first_difference(data, *back));
+  EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"live.pt"});
+}
+
+TEST(StaleTempFiles, DryRunListsAndRemovesNothing) {
+  TempDir dir;
+  die_while_writing(dir.file("a.pt"), 1 << 20);
+  die_while_writing(dir.file("b.pt"), 1 << 20);
+  auto before = list_dir(dir.path());
+  auto report = remove_stale_temp_files(dir.path(), "", /*dry_run=*/true);
+  ASSERT_TRUE(report.is_ok());
+  EXPECT_EQ(report->removed.size(), 2u);
+  EXPECT_GT(report->removed_bytes, 0u);
+  EXPECT_EQ(list_dir(dir.path()), before);
+
+  auto only_a = remove_stale_temp_files(dir.path(), "a.pt");
+  ASSERT_TRUE(only_a.is_ok());
+  EXPECT_EQ(only_a->removed.size(), 1u);
+  EXPECT_EQ(count_temps(dir.path(), "a.pt"), 0u);
+  EXPECT_EQ(count_temps(dir.path(), "b.pt"), 1u);
+}
+
+TEST(StaleTempFiles, OtherFilesAreLeftAloneAndOddOnesReported) {
+  TempDir dir;
+  ASSERT_TRUE(testing::write_whole_file(dir.file("ckpt.pt"), testing::random_bytes(10, 1)).is_ok());
+  ASSERT_TRUE(testing::write_whole_file(dir.file(".ckpt.pt.fp-partial"), testing::random_bytes(10, 1)).is_ok());
+  ASSERT_EQ(mkdir(dir.file(".x.fp-tmp-abcdef").c_str(), 0755), 0);
+  ASSERT_EQ(symlink("ckpt.pt", dir.file(".y.fp-tmp-abcdef").c_str()), 0);
+  auto report = remove_stale_temp_files(dir.path());
+  ASSERT_TRUE(report.is_ok());
+  EXPECT_TRUE(report->removed.empty());
+  EXPECT_EQ(report->failed.size(), 2u) << "a directory and a symlink with a temporary's name";
+  EXPECT_EQ(list_dir(dir.path()).size(), 4u);
+}
+
+TEST(StaleTempFiles, AMissingDirectoryIsAnError) {
+  TempDir dir;
+  auto report = remove_stale_temp_files(dir.file("nope"));
+  ASSERT_FALSE(report.is_ok());
+  EXPECT_NE(report.status().to_string().find("nope"), std::string::npos);
+}
+
+// A remover running in a loop next to writers never costs a save: it cannot take a living
+// writer's lock, and a writer whose fresh temporary was taken makes another one.
+TEST(StaleTempFiles, ARemoverRacingWritersNeverBreaksASave) {
+  TempDir dir;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> passes{0};
+  std::thread remover([&] {
+    while (!stop) {
+      auto r = remove_stale_temp_files(dir.path());
+      EXPECT_TRUE(r.is_ok());
+      ++passes;
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    auto data = testing::random_bytes(4096 * (1 + i % 5) + static_cast<size_t>(i), static_cast<uint64_t>(i));
+    std::string path = dir.file("f" + std::to_string(i % 7) + ".pt");
+    Status st = save(path, data);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    auto back = testing::read_whole_file(path);
+    ASSERT_TRUE(back.is_ok());
+    ASSERT_EQ("", testing::first_difference(data, *back));
+  }
+  stop = true;
+  remover.join();
+  EXPECT_GT(passes.load(), 10u);
+  EXPECT_EQ(count_temps(dir.path()), 0u);
+}
+
+}  // namespace
+}  // namespace fastpersist

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist clean DIR... [--dry-run] [--json]`: removes the temporaries that FastFileWriters
+// (fastpersist.save, torch.save into a FastFileWriter) left when their process died
+// (".<name>.fp-tmp-XXXXXX"). A temporary whose writer is alive is locked and is only listed, so
+// the command is safe to run while jobs are saving into the same folders. See
+// include/fastpersist/stale_files.h.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint_paths.h"
+#include "command.h"
+#include "fastpersist/stale_files.h"
+#include "format.h"
+
+namespace fastpersist::cli {
+namespace {
+
+constexpr const char* kCommand = "clean";
+
+struct Args {
+  std::vector<std::string> dirs;
+  bool dry_run = false;
+  bool json = false;
+};
+
+void print_text(const std::string& dir, const StaleFileReport& r, bool dry_run) {
+  for (const std::string& p : r.removed) std::cout << (dry_run ? "would remove " : "removed ") << p << "\n";
+  for (const std::string& p : r.in_use) std::cout << "in use (a writer is alive), kept " << p << "\n";
+  for (const auto& [p, why] : r.failed) std::cout << "cannot remove " << p << ": " << why << "\n";
+  std::cout << dir << ": ";
+  if (r.removed.empty()) {
+    std::cout << "no temporaries of dead writers";
+  } else {
+    std::cout << (dry_run ? "would remove " : "removed ") << r.removed.size()
+              << (r.removed.size() == 1 ? " temporary" : " temporaries") << " of dead writers ("
+              << format_bytes(r.removed_bytes) << ")";
+  }
+  if (!r.in_use.empty()) std::cout << ", " << r.in_use.size() << " in use";
+  std::cout << "\n";
+}
+
+nlohmann::ordered_json to_json(const std::string& dir, const StaleFileReport& r) {
+  nlohmann::ordered_json failed = nlohmann::ordered_json::array();
+  for (const auto& [p, why] : r.failed) failed.push_back({{"path", p}, {"error", why}});
+  return {{"dir", dir},
+          {"removed", r.removed},
+          {"removed_bytes", r.removed_bytes},
+          {"in_use", r.in_use},
+          {"failed", failed}};
+}
+
+int run(const Args& a) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  int code = kExitOk;
+  for (const std::string& dir : a.dirs) {
+    PathInfo p = classify_path(dir);
+    if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
+    if (p.kind == PathKind::kOtherFile || p.kind == PathKind::kSafetensors) {
+      return fail(kCommand, dir + " is a file; give the directory that holds it", kExitUsage);
+    }
+  }
+  for (const std::string& dir : a.dirs) {
+    auto report = remove_stale_temp_files(dir, "", a.dry_run);
+    if (!report.is_ok()) return fail(kCommand, report.status().to_string(), kExitFailure);
+    if (!report->failed.empty()) code = kExitFailure;
+    if (a.json) {
+      all.push_back(to_json(dir, *report));
+    } else {
+      print_text(dir, *report, a.dry_run);
+    }
+  }
+  if (a.json) {
+    std::cout << nlohmann::ordered_json{{"dry_run", a.dry_run}, {"dirs", all}}.dump(2) << "\n";
+  } else if (a.dry_run) {
+    std::cout << "nothing was changed (dry run)\n";
+  }
+  std::cout.flush();
+  return code;
+}
+
+}  // namespace
+
+Command add_clean_command(CLI::App& parent) {
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "clean",
+      "Remove the temporary files of writers that died before they committed "
+      "(.NAME.fp-tmp-*); files of living writers are kept");
+  app->add_option("DIR", args->dirs, "Folders to clean (not recursive)")->required();
+  app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
+  app->add_flag("--json", args->json, "Print one JSON object instead of text");
+  return {app, [args] { return run(*args); }};
+}
+
+}  // namespace fastpersist::cli
