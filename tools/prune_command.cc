@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/retention.h"
+#include "checkpoint/root_scan.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/checkpoint.h"
@@ -111,13 +112,16 @@ int run(const Args& a) {
     // Changes nothing: no debris cleanup, no lock kept. Says whether a real prune could lock.
     std::string note = lock_holder(a.root);
     if (!note.empty()) note = "a real prune would fail now: " + note;
-    auto committed = list_checkpoints(a.root);
-    if (!committed.is_ok()) return fail(kCommand, committed.status().to_string(), kExitFailure);
+    auto scan = checkpoint::scan_root(a.root);
+    if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
     std::vector<std::string> removed =
-        checkpoint::select_for_removal(*committed, keep_last, a.keep_every);
+        checkpoint::select_for_removal(scan->committed, keep_last, a.keep_every);
+    for (std::string& tag : checkpoint::select_damaged_for_removal(*scan, keep_last, a.keep_every)) {
+      removed.push_back(std::move(tag));
+    }
     std::set<std::string> gone(removed.begin(), removed.end());
     std::vector<std::string> kept;
-    for (const CheckpointInfo& c : *committed) {
+    for (const CheckpointInfo& c : scan->committed) {
       if (gone.count(c.tag) == 0) kept.push_back(c.tag);
     }
     return report(a, removed, kept, note);

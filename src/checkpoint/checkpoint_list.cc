@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Listing a root: which directories are committed checkpoints (cheap checks only: the manifest
-// decodes and every file it names has the recorded size), and which one is the latest.
+// decodes and every file it names has the recorded size), which are damaged, and which one is
+// the latest.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,53 +9,75 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/manifest.h"
 
 namespace fastpersist {
+namespace checkpoint {
 namespace {
 
-// The manifest of `dir` if the directory passes the cheap checks.
-Result<Manifest> committed_manifest(const std::string& dir) {
-  FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
-  FP_RETURN_IF_ERROR(checkpoint::check_manifest_files(dir, m));
-  return m;
+CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
+  CheckpointInfo info;
+  info.tag = tag;
+  info.step = m.step;
+  info.sequence = m.sequence;
+  info.created_unix = m.created_unix;
+  info.tensor_bytes = m.tensor_bytes();
+  info.num_tensors = m.tensors.size();
+  for (const ManifestFile& f : m.files) info.total_bytes += f.size;
+  return info;
 }
 
 }  // namespace
 
-Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root,
-                                                     std::vector<std::string>* skipped) {
-  FP_ASSIGN_OR_RETURN(std::vector<std::string> names, checkpoint::list_dir(root));
-  std::vector<CheckpointInfo> out;
+uint64_t RootScan::highest_sequence() const {
+  uint64_t high = 0;
+  for (const CheckpointInfo& c : committed) high = std::max(high, c.sequence);
+  for (const DamagedCheckpoint& d : damaged) high = std::max(high, d.sequence.value_or(0));
+  return high;
+}
+
+Result<RootScan> scan_root(const std::string& root) {
+  FP_ASSIGN_OR_RETURN(std::vector<std::string> names, list_dir(root));
+  std::sort(names.begin(), names.end());
+  RootScan scan;
   for (const std::string& name : names) {
     if (!validate_tag(name).is_ok()) continue;  // hidden, temporary, the pointer, foreign names
-    std::string dir = checkpoint::join_path(root, name);
+    std::string dir = join_path(root, name);
     // Only directories can be checkpoints: a user's file (train.log) is not damage.
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    auto m = committed_manifest(dir);
-    if (!m.is_ok()) {
-      // Directories without a manifest at all are not checkpoints (e.g. user's own folders).
-      if (m.status().code() != StatusCode::kNotFound && skipped != nullptr) {
-        skipped->push_back(name + ": " + m.status().to_string());
-      }
+    Result<Manifest> m = read_manifest(dir);
+    // Directories without a manifest at all are not checkpoints (e.g. user's own folders).
+    if (!m.is_ok() && m.status().code() == StatusCode::kNotFound) continue;
+    Status files = m.is_ok() ? check_manifest_files(dir, *m) : m.status();
+    if (files.is_ok()) {
+      scan.committed.push_back(info_of(name, *m));
       continue;
     }
-    CheckpointInfo info;
-    info.tag = name;
-    info.step = m->step;
-    info.sequence = m->sequence;
-    info.created_unix = m->created_unix;
-    info.tensor_bytes = m->tensor_bytes();
-    info.num_tensors = m->tensors.size();
-    for (const ManifestFile& f : m->files) info.total_bytes += f.size;
-    out.push_back(std::move(info));
+    DamagedCheckpoint d{name, files.to_string(), std::nullopt, std::nullopt};
+    if (m.is_ok()) {
+      d.sequence = m->sequence;
+      d.step = m->step;
+    }
+    scan.damaged.push_back(std::move(d));
   }
-  std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
+  std::sort(scan.committed.begin(), scan.committed.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
     return a.sequence != b.sequence ? a.sequence < b.sequence : a.tag < b.tag;
   });
-  return out;
+  return scan;
+}
+
+}  // namespace checkpoint
+
+Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root,
+                                                     std::vector<std::string>* skipped) {
+  FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+  if (skipped != nullptr) {
+    for (const checkpoint::DamagedCheckpoint& d : scan.damaged) skipped->push_back(d.tag + ": " + d.reason);
+  }
+  return std::move(scan.committed);
 }
 
 Result<std::optional<std::string>> latest_checkpoint(const std::string& root) {

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/retention.h"
+#include "checkpoint/root_scan.h"
 #include "checkpoint/root_lock.h"
 #include "checkpoint/save_job.h"
 #include "checkpoint/staging_pool.h"
@@ -105,9 +106,13 @@ struct CheckpointManager::Impl {
   Result<std::vector<std::string>> prune_now(std::optional<unsigned> keep_last,
                                              std::optional<int64_t> keep_every,
                                              const std::string& keep_tag) {
-    FP_ASSIGN_OR_RETURN(auto committed, list_checkpoints(root));
+    FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+    std::vector<std::string> selected = checkpoint::select_for_removal(scan.committed, keep_last, keep_every);
+    for (std::string& tag : checkpoint::select_damaged_for_removal(scan, keep_last, keep_every)) {
+      selected.push_back(std::move(tag));
+    }
     std::vector<std::string> removed;
-    for (const std::string& tag : checkpoint::select_for_removal(committed, keep_last, keep_every)) {
+    for (const std::string& tag : selected) {
       if (tag == keep_tag) continue;
       {
         std::lock_guard l(mu);
@@ -184,9 +189,11 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   FP_RETURN_IF_ERROR(clean_debris(root));
   FP_ASSIGN_OR_RETURN(auto engine, IoEngine::create(options.engine));
   impl->engine = std::move(engine);
-  FP_ASSIGN_OR_RETURN(auto committed, list_checkpoints(root));
-  for (const CheckpointInfo& c : committed) impl->next_sequence = std::max(impl->next_sequence, c.sequence + 1);
-  FP_RETURN_IF_ERROR(repair_latest_pointer(root, committed, options.durable));
+  FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+  // Above every sequence on disk, damaged checkpoints' too, so commit order stays unambiguous
+  // even if one of them is repaired later.
+  impl->next_sequence = scan.highest_sequence() + 1;
+  FP_RETURN_IF_ERROR(repair_latest_pointer(root, scan.committed, options.durable));
   Impl* raw = impl.get();
   impl->worker = std::thread([raw] { raw->run(); });
   return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(impl)));

@@ -4,19 +4,41 @@
 #include <algorithm>
 
 namespace fastpersist::checkpoint {
+namespace {
+
+bool is_milestone(std::optional<int64_t> step, std::optional<int64_t> keep_every) {
+  return keep_every && *keep_every > 0 && step && *step % *keep_every == 0;
+}
+
+
+}  // namespace
 
 std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& committed,
                                             std::optional<unsigned> keep_last,
                                             std::optional<int64_t> keep_every) {
   std::vector<std::string> remove;
   if (!keep_last || committed.empty()) return remove;  // keep_every alone keeps everything
-  size_t keep = std::max<size_t>(*keep_last, 1);       // the newest always stays
+  size_t keep = std::max<size_t>(*keep_last, 1);  // the newest always stays
   if (committed.size() <= keep) return remove;
   size_t first_kept = committed.size() - keep;
   for (size_t i = 0; i < first_kept; ++i) {
     const CheckpointInfo& c = committed[i];
-    bool milestone = keep_every && *keep_every > 0 && c.step && *c.step % *keep_every == 0;
-    if (!milestone) remove.push_back(c.tag);
+    if (!is_milestone(c.step, keep_every)) remove.push_back(c.tag);
+  }
+  return remove;
+}
+
+std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+                                                    std::optional<int64_t> keep_every) {
+  std::vector<std::string> remove;
+  if (!keep_last) return remove;
+  const size_t keep = std::max<size_t>(*keep_last, 1);
+  for (const DamagedCheckpoint& d : scan.damaged) {
+    if (!d.sequence || is_milestone(d.step, keep_every)) continue;
+    // Had it been intact, it would go once `keep` valid checkpoints are newer than it.
+    size_t newer = static_cast<size_t>(std::count_if(scan.committed.begin(), scan.committed.end(),
+                                                     [&](const CheckpointInfo& c) { return c.sequence > *d.sequence; }));
+    if (newer >= keep) remove.push_back(d.tag);
   }
   return remove;
 }

@@ -4,6 +4,13 @@
 // keep_last N keeps the newest N; keep_every K also keeps every checkpoint whose step is a
 // multiple of K (milestones). The newest checkpoint is always kept, whatever the policy; with
 // neither rule nothing is removed.
+//
+// Damaged checkpoints (root_scan.h) do not count towards N. One goes when the policy would have
+// removed it had it been intact: N valid checkpoints are newer than it (by the commit sequence
+// its manifest records) and it is not a milestone. Nothing can load it, and it may hold
+// gigabytes. A damaged checkpoint with fewer than N valid ones after it stays for the user to
+// look at, and one whose manifest does not decode (its age is unknown) is never removed by
+// retention (`remove(tag)` does it).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
 
 namespace fastpersist::checkpoint {
@@ -19,5 +27,9 @@ namespace fastpersist::checkpoint {
 std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& committed,
                                             std::optional<unsigned> keep_last,
                                             std::optional<int64_t> keep_every);
+
+// The damaged checkpoints the same policy removes (see above).
+std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+                                                    std::optional<int64_t> keep_every);
 
 }  // namespace fastpersist::checkpoint

@@ -43,7 +43,8 @@ Result<UniqueFd> create_temp_beside(const std::string& target, std::string* temp
     }
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno == EWOULDBLOCK) continue;  // a remover holds it and is deleting it
-      return Status::from_errno(errno, "cannot lock the temporary file").with_path(templ);
+      // A filesystem without flock (some FUSE mounts): write unlocked. A remover cannot lock
+      // such a file either, so it never takes it for debris.
     }
     if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(templ);
     if (st.st_nlink == 0) continue;  // deleted by a remover before we locked it

@@ -403,3 +403,19 @@ def test_damaged_checkpoints_do_not_block_the_root(mgr, tmp_path):
         assert (tmp_path / "ckpts" / TAG2).is_dir()
         with pytest.raises(FileExistsError):
             m2.save(2, make_state(2))
+
+
+def test_retention_removes_a_damaged_checkpoint_once_enough_valid_ones_are_newer(mgr, tmp_path):
+    """keep_last counts valid checkpoints; a damaged one goes when it would have gone intact."""
+    ckpt_file(mgr, DATA).unlink()  # step 2 damaged; its manifest still decodes
+    mgr.close()
+    root = tmp_path / "ckpts"
+    with fastpersist.CheckpointManager(root, keep_last=2) as m2:
+        assert m2.save(3, make_state(3)) == "step-00000003"
+        assert (root / TAG2).is_dir(), "only one valid checkpoint is newer than step 2"
+        assert m2.list() == [TAG1, "step-00000003"]
+        assert m2.save(4, make_state(4)) == "step-00000004"
+        assert not (root / TAG2).exists()
+        assert m2.list() == ["step-00000003", "step-00000004"]
+        assert sorted(os.listdir(root)) == [".lock", "latest", "step-00000003", "step-00000004"]
+        assert_state_equal(m2.load("step-00000003"), make_state(3))

@@ -2,9 +2,11 @@
 // Retention: keep_last / keep_every applied after each commit and by prune(); the newest
 // checkpoint is never removed; remove() of a tag and of an unknown tag.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/retention.h"
+#include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "testing/status_matchers.h"
@@ -91,6 +93,90 @@ TEST_F(RetentionTest, PruneAppliesAPolicyNow) {
   EXPECT_EQ(removed, (Tags{"step-3", "step-4", "step-5"}));
   EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-6"}));
   expect_no_debris();
+}
+
+// Damage a checkpoint the way a lost or truncated file does: its manifest still decodes.
+void lose_a_data_file(const std::string& dir) {
+  auto files = names_with_prefix(dir, "tensors-");
+  ASSERT_FALSE(files.empty()) << dir;
+  ASSERT_EQ(::unlink((dir + "/" + files[0]).c_str()), 0);
+}
+
+TEST_F(RetentionTest, ADamagedCheckpointGoesOnceKeepLastValidOnesAreNewer) {
+  CheckpointOptions o = small_options();
+  o.keep_last = 2;
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 3);  // keeps step-2, step-3
+  lose_a_data_file(dir_.file("step-3"));
+  write_text(dir_.file("step-2/manifest.json"), "{ not json");  // damaged, age unknown
+  save_steps(*mgr, 4, 4);
+  // Only one valid checkpoint (step-4) is newer than step-3: intact, it would be kept.
+  EXPECT_TRUE(path_exists(dir_.file("step-3")));
+  save_steps(*mgr, 5, 5);
+  // Two valid ones are newer now: step-3 goes; step-2's age is unknown: it stays.
+  EXPECT_FALSE(path_exists(dir_.file("step-3")));
+  EXPECT_TRUE(path_exists(dir_.file("step-2")));
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-4", "step-5"}));
+  expect_no_debris();
+}
+
+TEST_F(RetentionTest, PruneRemovesOldDamagedCheckpointsButNotDamagedMilestones) {
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
+  save_steps(*mgr, 1, 6);
+  lose_a_data_file(dir_.file("step-1"));
+  lose_a_data_file(dir_.file("step-2"));
+  lose_a_data_file(dir_.file("step-5"));
+  FP_ASSERT_OK_AND_ASSIGN(auto removed, mgr->prune(2, 2));
+  // Valid: step-3, step-4, step-6; kept: the newest two and milestones. Damaged: step-1 has
+  // three valid ones after it and is no milestone: goes; step-2 is a milestone; step-5 has
+  // only step-6 after it.
+  EXPECT_EQ(removed, (Tags{"step-3", "step-1"}));
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-4", "step-6"}));
+  EXPECT_TRUE(path_exists(dir_.file("step-2")));
+  EXPECT_TRUE(path_exists(dir_.file("step-5")));
+}
+
+TEST_F(RetentionTest, SequencesStayAboveDamagedAndRemovedCheckpoints) {
+  {
+    FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
+    save_steps(*mgr, 1, 3);
+    FP_ASSERT_OK(mgr->close());
+  }
+  lose_a_data_file(dir_.file("step-3"));  // the newest sequence now belongs to a damaged one
+  {
+    FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
+    save_steps(*mgr, 4, 4);
+    FP_ASSERT_OK(mgr->close());
+  }
+  FP_ASSERT_OK_AND_ASSIGN(auto listed, list_checkpoints(dir_.path()));
+  ASSERT_EQ(tags_of(listed), (Tags{"step-1", "step-2", "step-4"}));
+  EXPECT_EQ(listed.back().sequence, 4u) << "not 3, which the damaged step-3 carries";
+}
+
+TEST(SelectDamagedForRemovalTest, Policies) {
+  checkpoint::RootScan scan;
+  for (uint64_t seq : {2, 4, 6, 8}) {
+    CheckpointInfo i;
+    i.tag = "c" + std::to_string(seq);
+    i.sequence = seq;
+    i.step = static_cast<int64_t>(seq) * 10;
+    scan.committed.push_back(i);
+  }
+  scan.damaged = {{"old", "", 1, 15},  {"mid", "", 5, 55}, {"milestone", "", 3, 40},
+                  {"unknown", "", std::nullopt, std::nullopt}, {"newest", "", 9, 95}};
+  using checkpoint::select_damaged_for_removal;
+  EXPECT_TRUE(select_damaged_for_removal(scan, std::nullopt, std::nullopt).empty());
+  EXPECT_TRUE(select_damaged_for_removal(scan, std::nullopt, 10).empty());
+  EXPECT_EQ(select_damaged_for_removal(scan, 2, std::nullopt), (Tags{"old", "mid", "milestone"}));
+  EXPECT_EQ(select_damaged_for_removal(scan, 2, 20), (Tags{"old", "mid"}));
+  EXPECT_EQ(select_damaged_for_removal(scan, 3, std::nullopt), (Tags{"old", "milestone"}));
+  EXPECT_EQ(select_damaged_for_removal(scan, 4, std::nullopt), (Tags{"old"}));
+  EXPECT_TRUE(select_damaged_for_removal(scan, 9, std::nullopt).empty());
+  EXPECT_EQ(select_damaged_for_removal(scan, 0, std::nullopt), (Tags{"old", "mid", "milestone"}));
+  EXPECT_EQ(scan.highest_sequence(), 9u);
+  checkpoint::RootScan no_committed;
+  no_committed.damaged = scan.damaged;
+  EXPECT_TRUE(select_damaged_for_removal(no_committed, 1, std::nullopt).empty());
 }
 
 TEST_F(RetentionTest, RemoveATagAndAnUnknownOne) {
