@@ -79,9 +79,12 @@ class CheckpointReader {
   // Reads the requested tensors. Requests without a destination are grouped per file into as
   // few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
   // rather than split); `spans[i]` and `offsets[i]` then locate request i's bytes
-  // (spans[i] == nullptr for requests with a destination). Every read is in flight at once,
-  // bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination; with
-  // `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
+  // (spans[i] == nullptr for requests with a destination). A destination that lines up with
+  // its tensor's file offset (address = offset mod 4096) is read into straight; any other
+  // goes through a ring of aligned slots and is copied from there (at most
+  // `max_in_flight_bytes` of slots when bounded, else 192 MiB). Every read is in flight at
+  // once, bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination;
+  // with `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
   struct ReadResult {
     std::vector<std::shared_ptr<LoadedSpan>> spans;  // per request
     std::vector<const std::byte*> data;               // per request: where its bytes are

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // CheckpointReader: tensors of a checkpoint read with parallel O_DIRECT, either into spans of
-// page-aligned memory (the caller wraps tensors around them without a copy) or straight into
-// the caller's memory; checksums checked as each read completes.
+// page-aligned memory (the caller wraps tensors around them without a copy) or into the
+// caller's memory (straight, when it lines up with the file; else through a ring of aligned
+// slots, staged_read.h); checksums checked as each read completes.
 #include "fastpersist/checkpoint_reader.h"
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/save_job.h"
+#include "checkpoint/staged_read.h"
 #include "common/align.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
@@ -194,11 +196,22 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (!inflight.empty()) finish_one();
   }
 
+  // Destinations: straight into the caller's memory when it lines up with the file for
+  // O_DIRECT, else through the staged ring (staged_read.h) once the reads above are done.
+  std::vector<checkpoint::StagedTarget> staged;
+  std::vector<size_t> staged_request;
   for (size_t i = 0; i < requests.size() && first.is_ok(); ++i) {
     if (requests[i].destination == nullptr) continue;
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
     if (t.length == 0) {
       inflight.push_back({IoTicket(), {i}, 0});
+      continue;
+    }
+    auto address = reinterpret_cast<uintptr_t>(requests[i].destination);
+    if ((address - t.offset) % kReadAlignment != 0) {
+      const ManifestFile* f = manifest_.find_file(t.file);
+      staged.push_back({checkpoint::join_path(dir_, t.file), f->size, t.offset, t.length, requests[i].destination});
+      staged_request.push_back(i);
       continue;
     }
     // Bounded: finish the oldest reads (spans first) until this one fits.
@@ -221,6 +234,21 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     direct_in_flight += t.length;
   }
   while (!inflight.empty()) finish_one();
+  if (first.is_ok() && !staged.empty()) {
+    checkpoint::StagedReadOptions so;
+    so.max_gap_bytes = max_gap_bytes;
+    if (max_in_flight_bytes != 0 && max_in_flight_bytes < so.slot_bytes * so.slots) {
+      so.slots = 2;
+      so.slot_bytes = std::max(kReadAlignment, align_down(max_in_flight_bytes / 2, kReadAlignment));
+    }
+    if (verify) {
+      so.on_checksum = [&](size_t target, uint64_t actual) {
+        const ManifestTensor& t = manifest_.tensors[requests[staged_request[target]].tensor];
+        return actual == t.checksum ? Status::ok() : checksum_mismatch(dir_, t, actual);
+      };
+    }
+    first = checkpoint::read_staged(*engine_, staged, so);
+  }
   // Empty tensors read from spans: still check their recorded checksum.
   for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];

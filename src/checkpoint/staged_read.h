@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading tensors into caller memory that O_DIRECT cannot use directly (private to
+// src/checkpoint).
+//
+// A load `into=` existing tensors targets memory the caller allocated: torch's CPU tensors sit
+// 64 bytes into a page, and a tensor's bytes start anywhere in its data file, so neither the
+// address nor the file offset meets O_DIRECT's alignment. Reading each tensor through the
+// engine's per-request bounce buffers costs a copy on the I/O worker and a buffered read of each
+// tensor's unaligned head and tail, and measured about 0.75x of fio's read (docs/benchmarks.md).
+// Instead the tensors' byte ranges are cut, in file order, into pieces that fill a small ring of
+// page-aligned slots; each piece is one aligned O_DIRECT read, and while the engine reads the
+// next pieces the calling thread copies the finished one into the destinations (and hashes the
+// bytes it just copied, while they are in cache). The slots are allocated once per call and
+// reused, so the load touches no fresh memory beyond them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fastpersist/io_engine.h"
+#include "fastpersist/status.h"
+
+namespace fastpersist::checkpoint {
+
+struct StagedTarget {
+  std::string path;          // the data file
+  uint64_t file_size = 0;
+  uint64_t file_offset = 0;  // the tensor's bytes in it
+  uint64_t length = 0;
+  std::byte* destination = nullptr;
+};
+
+struct StagedReadOptions {
+  uint64_t slot_bytes = uint64_t{32} << 20;  // multiple of 4096
+  size_t slots = 6;
+  uint64_t max_gap_bytes = uint64_t{1} << 20;  // unrequested bytes read to join two ranges
+  // Called with each target's index and the XXH3-64 of its bytes once all of them arrived;
+  // a non-OK status stops the read and is returned. Null: no checksums computed.
+  std::function<Status(size_t target, uint64_t checksum)> on_checksum;
+};
+
+// Reads every target (sorted here by path and offset; ranges must not overlap). Returns the
+// first error; on error some destinations may hold partial data.
+Status read_staged(IoEngine& engine, const std::vector<StagedTarget>& targets,
+                   const StagedReadOptions& options);
+
+}  // namespace fastpersist::checkpoint
