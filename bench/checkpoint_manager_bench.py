@@ -12,8 +12,11 @@ folder, every round measures, in this order:
 - ``save_async``: the time the call blocks the caller against the synchronous save;
 - a cold ``CheckpointManager.load`` (files evicted from the page cache, checksums verified)
   against fio's O_DIRECT read of the same checkpoint's data files (in alternating order; a
-  freshly written fio file reads faster on this VM, reported as fio_read_new for reference), a cold ``safetensors.torch.load_file`` of the same tensors in one file,
-  and a cold ``torch.load`` of a ``torch.save`` file.
+  freshly written fio file reads faster on this VM, reported as fio_read_new for reference),
+  the same load ``into=`` the state's own tensors (in place, as a resume into a built model),
+  a cold ``safetensors.torch.load_file`` of the same tensors in one file, and a cold
+  ``torch.load`` of a ``torch.save`` file. fio and the two loads go in an order that rotates
+  every round.
 
 Then, once: training steps (forward, backward, SGD step) without and with a ``save_async`` at
 the start of every step, the optimizer hooked with ``hook_optimizer`` so step() waits for the
@@ -191,7 +194,7 @@ def main() -> int:
 
     m: Dict[str, List[float]] = {k: [] for k in [
         "fio_write", "fio_read_new", "fio_read", "save", "save_nock", "save_block", "checksum_frac", "load",
-        "st_load", "torch_load"]}
+        "load_into", "st_load", "torch_load"]}
     mgr = fastpersist.CheckpointManager(root)
     mgr.save("warmup", state)  # the first save allocates (and pins) the staging memory
     mgr.remove("warmup")
@@ -246,7 +249,14 @@ def main() -> int:
             evict_dir(ckpt_dir)
             m["fio_read"].append(fio_read_files(args, data_files))
 
-        for fn in ((fio_load, our_load) if r % 2 == 0 else (our_load, fio_load)):
+        def our_load_into() -> None:
+            # In place, into the state's own (warm) tensors, as a resume into a built model does.
+            evict_dir(ckpt_dir)
+            t = timed(lambda: mgr.load(f"sync-{r}", into=state))
+            m["load_into"].append(size / GB / t)
+
+        loaders = [fio_load, our_load, our_load_into]
+        for fn in loaders[r % 3:] + loaders[:r % 3]:
             fn()
         mgr.remove(f"sync-{r}")
         gc.collect()
@@ -271,8 +281,8 @@ def main() -> int:
     print(f"\n{args.model}: {size / GB:.2f} GB, {args.rounds} rounds, folder {folder}\n")
     print("| measure | median GB/s per round |")
     print("|---|---|")
-    for k in ["fio_write", "save", "save_nock", "fio_read_new", "fio_read", "load", "st_load",
-              "torch_load"]:
+    for k in ["fio_write", "save", "save_nock", "fio_read_new", "fio_read", "load", "load_into",
+              "st_load", "torch_load"]:
         print(f"| {k} | {' '.join(f'{x:.2f}' for x in m[k])} |")
     print(f"| save_async blocks / sync save | {' '.join(f'{x:.3f}' for x in m['save_block'])} |")
     print(f"| checksum CPU time / save time | {' '.join(f'{x:.3f}' for x in m['checksum_frac'])} |")
@@ -288,6 +298,7 @@ def main() -> int:
     row(rows, "save time with / without checksums", m["save_nock"], m["save"], 1.10,
         higher_is_better=False)
     row(rows, "load (cold, verified) vs fio read of its files", m["load"], m["fio_read"], 0.9)
+    row(rows, "load into= existing tensors vs fio read of its files", m["load_into"], m["fio_read"], 0.9)
     row(rows, "load vs safetensors.load_file (cold)", m["load"], m["st_load"], 2.5)
     row(rows, "load vs torch.load (cold)", m["load"], m["torch_load"], 2.5)
     if steps:
