@@ -132,7 +132,8 @@ def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n):
 
 def test_one_failing_writer_means_no_file(obj, tmp_path):
     """If one writer fails, the others' closes cannot complete the set: no file, nobody commits,
-    and nothing waits for the missing writer."""
+    nothing waits for the missing writer, and (since the failed writer removed the shared
+    temporary they write to) their closes say so instead of returning as if all were well."""
     path = tmp_path / "ckpt.pt"
     writers = [fastpersist.FastFileWriter(path, num_parallel_writers=3, writer_rank=r,
                                           stripe_mb=STRIPES["stripe4KiB"], io_buffer_mb=0.0625)
@@ -142,10 +143,12 @@ def test_one_failing_writer_means_no_file(obj, tmp_path):
             torch.save(obj, f)
             raise RuntimeError("rank 1 failed")
     for r in (0, 2):
-        with writers[r] as f:
-            torch.save(obj, f)
+        with pytest.raises(OSError, match="another writer of this file aborted"):
+            with writers[r] as f:
+                torch.save(obj, f)
     assert not path.exists()
     assert not any(w.committed for w in writers)
+    assert os.listdir(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------- processes
