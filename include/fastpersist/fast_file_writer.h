@@ -22,7 +22,14 @@
 // [k*S, (k+1)*S) of the stream, S = stripe_bytes) when k mod N == r, at its true offset in one
 // shared temporary file; each writer's close() records that its stripes are durable, and the
 // close() that completes the set commits the file. Together they produce ONE file, identical to
-// what a single writer produces. See parallel_commit.cc for the rendezvous.
+// what a single writer produces. A set completes only from writers that saw the same bytes.
+// abort() of one writer (or its failed close) removes the shared temporary: the others' close()
+// then fails (ECANCELED) and nothing is committed. With commit_timeout_seconds > 0, a close()
+// that does not complete the set waits until another writer committed the file (OK,
+// file_committed()), a writer aborted (ECANCELED) or the timeout passed (ETIMEDOUT, naming the
+// ranks that have not closed and those that serialized different bytes). With the default 0 a
+// set that never completes (a missing writer, different bytes) is silent: every close() returns
+// OK with file_committed() false. See src/stream/parallel_commit.h for the protocol.
 //
 // Thread-safety: one writer object is used by one thread at a time.
 #pragma once
@@ -47,6 +54,9 @@ struct FastFileWriterOptions {
   unsigned num_writers = 1;
   unsigned writer_rank = 0;
   size_t stripe_bytes = size_t{32} << 20;     // multiple of 4096
+  // How long a parallel writer's close() that does not complete the set waits for the others to
+  // commit the file; 0: return as soon as its own stripes are durable and recorded. Finite, >= 0.
+  double commit_timeout_seconds = 0;
   // Grow the file with fallocate() ahead of the writes, in steps that double up to
   // `preallocate_max_bytes` (at least 256 MiB), and truncate it to the stream size at close.
   // Without it every drain extends the file, and on ext4/xfs the fallocate (or the
@@ -84,13 +94,18 @@ class FastFileWriter {
   // Appends `bytes` bytes. The memory may be reused as soon as write() returns.
   Status write(const void* data, size_t bytes);
   // Commits the file (see the protocol above). With parallel writers, the file appears when the
-  // last writer closed; `committed()` tells whether this close() was that one.
+  // last writer closed; `committed()` tells whether this close() was that one. Parallel errors:
+  // kIoError with errno ECANCELED when another writer aborted, ETIMEDOUT when the set did not
+  // complete within commit_timeout_seconds; in both cases this writer left no file at the target.
   Status close();
   // Discards everything; the target is left as it was. Safe to call at any time, repeatedly.
   void abort();
 
   bool closed() const { return state_ != State::kOpen; }
   bool committed() const { return committed_; }
+  // The file is committed at path(): by this close(), or by another parallel writer while this
+  // one waited (commit_timeout_seconds). False after a close() that returned without knowing.
+  bool file_committed() const { return file_committed_; }
   uint64_t bytes_written() const { return stats_.bytes; }
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
@@ -109,6 +124,7 @@ class FastFileWriter {
   Status wait_all();
   Status fail(Status st);
   Status finish_single();
+  Status finish_parallel();
   Status ensure_allocated(uint64_t end);
 
   std::string path_;
@@ -117,6 +133,7 @@ class FastFileWriter {
   std::unique_ptr<Impl> impl_;
   State state_ = State::kOpen;
   bool committed_ = false;
+  bool file_committed_ = false;
   Status error_;
   FastFileWriterStats stats_;
   uint64_t pos_ = 0;         // stream offset of the next byte

@@ -90,6 +90,7 @@ void bind_writer(nb::module_& m) {
       .def_rw("num_writers", &FastFileWriterOptions::num_writers)
       .def_rw("writer_rank", &FastFileWriterOptions::writer_rank)
       .def_rw("stripe_bytes", &FastFileWriterOptions::stripe_bytes)
+      .def_rw("commit_timeout_seconds", &FastFileWriterOptions::commit_timeout_seconds)
       .def_rw("preallocate_max_bytes", &FastFileWriterOptions::preallocate_max_bytes);
 
   nb::class_<PyFastFileWriter>(m, "FastFileWriter")
@@ -97,11 +98,14 @@ void bind_writer(nb::module_& m) {
            "path"_a, "engine_options"_a, "options"_a)
       .def("write", &PyFastFileWriter::write, "data"_a,
            "Appends a C-contiguous buffer; returns its length. Raises OSError on I/O failure.")
-      .def("close", &PyFastFileWriter::close, "Flushes, fsyncs and renames into place.")
+      .def("close", &PyFastFileWriter::close,
+           "Flushes, fsyncs and renames into place (parallel writers: records this writer's "
+           "stripes, and waits up to commit_timeout_seconds for the set to commit).")
       .def("abort", &PyFastFileWriter::abort, "Discards the file; the target is left as it was.")
       .def_prop_ro("bytes_written", [](PyFastFileWriter& w) { return w.get().bytes_written(); })
       .def_prop_ro("closed", [](PyFastFileWriter& w) { return w.get().closed(); })
       .def_prop_ro("committed", [](PyFastFileWriter& w) { return w.get().committed(); })
+      .def_prop_ro("file_committed", [](PyFastFileWriter& w) { return w.get().file_committed(); })
       .def_prop_ro("path", [](PyFastFileWriter& w) { return w.get().path(); })
       .def("stats", [](PyFastFileWriter& w) { return stats_dict(w.get().stats()); })
       .def("stats_line", [](PyFastFileWriter& w) { return w.get().stats().to_string(); });

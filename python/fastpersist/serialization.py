@@ -83,7 +83,8 @@ def save(
         compute_crc32: keep torch's CRC32 pass (off by default: torch.load never checks it).
         use_legacy_format: ``_use_new_zipfile_serialization=False``.
         writer_options: passed to :class:`FastFileWriter` (io_buffer_mb, single_io_buffer,
-            durable, backend, block_size, queue_depth, intra_op_parallelism, ...).
+            durable, backend, block_size, queue_depth, intra_op_parallelism, ...; for parallel
+            writers num_parallel_writers, writer_rank, stripe_mb and commit_timeout).
 
     Returns:
         The writer's statistics (bytes, seconds, zero-copy bytes, ...).

@@ -13,6 +13,7 @@ a raw descriptor behind the writer's back.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from types import TracebackType
@@ -41,7 +42,17 @@ class FastFileWriter:
         durable: fdatasync the file and fsync its directory at close (default True).
         num_parallel_writers, writer_rank, stripe_mb: split persisting among N writers that
             each run the same serialization; writer r persists stripes k with k % N == r. The
-            file appears, complete, when the last writer closed.
+            file appears, complete, when the last writer closed, and only if every writer saw
+            the same bytes (across processes use torch's zip format, not the legacy one). If one
+            writer aborts (or its ``with`` block raises), the others' ``close()`` raise
+            ``OSError`` (errno ``ECANCELED``) and no file appears.
+        commit_timeout: seconds a parallel writer's ``close()`` that does not complete the set
+            waits for the others to commit the file (``None`` or 0, the default: return as soon
+            as this writer's stripes are durable, even if the set never completes). On success
+            ``file_committed`` is True; when the time is up ``close()`` raises ``TimeoutError``
+            naming the ranks that have not closed and those that serialized different bytes
+            (this writer commits nothing). A writer that is still running may still complete the
+            set later; when none is, the last one out removes the shared temporary files.
         backend, block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events:
             engine knobs (see docs/settings.md).
         show_statistics: print the statistics line at close.
@@ -58,6 +69,7 @@ class FastFileWriter:
         num_parallel_writers: int = 1,
         writer_rank: int = 0,
         stripe_mb: float = 32,
+        commit_timeout: Optional[float] = None,
         backend: Optional[str] = None,
         block_size: Optional[int] = None,
         queue_depth: Optional[int] = None,
@@ -75,6 +87,7 @@ class FastFileWriter:
         opts.num_writers = int(num_parallel_writers)
         opts.writer_rank = int(writer_rank)
         opts.stripe_bytes = int(stripe_mb * _MiB)
+        opts.commit_timeout_seconds = _commit_timeout_seconds(commit_timeout)
         eng = engine_options(backend, block_size, queue_depth, intra_op_parallelism, single_submit,
                              overlap_events)
         self._show_statistics = show_statistics
@@ -104,7 +117,12 @@ class FastFileWriter:
         return False
 
     def close(self) -> None:
-        """Commits the file. Idempotent. Raises OSError if any write failed (no file is left)."""
+        """Commits the file. Idempotent. Raises OSError if any write failed (no file is left).
+
+        Parallel writers: raises OSError with errno ECANCELED when another writer aborted, and
+        TimeoutError when ``commit_timeout`` passed before the set was committed; the writer is
+        then closed and left no file at the path.
+        """
         if self._w.closed:
             return
         self._w.close()
@@ -123,6 +141,13 @@ class FastFileWriter:
     def committed(self) -> bool:
         """True once this writer's close() made the file appear (the last of parallel writers)."""
         return bool(self._w.committed)
+
+    @property
+    def file_committed(self) -> bool:
+        """True once the file is at its path: committed by this close(), or by another parallel
+        writer while this one waited (``commit_timeout``). False after a close() that returned
+        without waiting for the other writers."""
+        return bool(self._w.file_committed)
 
     @property
     def name(self) -> str:
@@ -155,6 +180,21 @@ class FastFileWriter:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<fastpersist.FastFileWriter {self._path!r} {state}, {self.bytes_written} bytes>"
+
+
+def _commit_timeout_seconds(value: Optional[float]) -> float:
+    """``commit_timeout`` as the C++ option: None is 0 (do not wait); TypeError / ValueError
+    for anything but a finite number >= 0."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"fastpersist: commit_timeout must be a number of seconds or None, "
+                        f"got {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"fastpersist: commit_timeout must be a finite number of seconds >= 0, "
+                         f"got {value}")
+    return seconds
 
 
 def _raised_while_handling(exc: Optional[BaseException], cause: BaseException) -> bool:

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -81,6 +82,9 @@ Result<std::unique_ptr<FastFileWriter>> FastFileWriter::open(const std::string& 
   if (options.num_writers > 1 &&
       (options.stripe_bytes == 0 || !is_aligned(options.stripe_bytes, kStreamAlignment))) {
     return bad("stripe_bytes must be a positive multiple of 4096");
+  }
+  if (!(options.commit_timeout_seconds >= 0) || !std::isfinite(options.commit_timeout_seconds)) {
+    return bad("commit_timeout_seconds must be a finite number of seconds >= 0");
   }
   std::unique_ptr<FastFileWriter> w(new FastFileWriter(path, options));
   Impl& impl = *w->impl_;
@@ -264,13 +268,7 @@ Status FastFileWriter::close() {
   }
   Status waited = wait_all();
   if (st.is_ok()) st = waited;
-  if (st.is_ok()) {
-    st = options_.num_writers > 1
-             ? stream::finish_parallel(impl_->fd, temp_path_, path_, impl_->digest->value(), pos_,
-                                       options_.writer_rank, options_.num_writers,
-                                       options_.stripe_bytes, options_.durable, &committed_)
-             : finish_single();
-  }
+  if (st.is_ok()) st = options_.num_writers > 1 ? finish_parallel() : finish_single();
   stats_.write_seconds += seconds_since(t0);
   if (!st.is_ok()) {
     abort();
@@ -299,16 +297,39 @@ Status FastFileWriter::finish_single() {
   // writers' temporaries must never take this file for debris.
   FP_RETURN_IF_ERROR(stream::commit_rename(temp_path_, path_, options_.durable));
   impl_->fd.reset();
-  committed_ = true;
+  committed_ = file_committed_ = true;
   return Status::ok();
+}
+
+Status FastFileWriter::finish_parallel() {
+  stream::ParallelWriter writer{path_,
+                                temp_path_,
+                                options_.writer_rank,
+                                options_.num_writers,
+                                options_.stripe_bytes,
+                                options_.durable,
+                                options_.commit_timeout_seconds};
+  stream::ParallelCloseResult result;
+  Status st = stream::finish_parallel(impl_->fd, writer, impl_->digest->value(), pos_, &result);
+  committed_ = result.committed;
+  file_committed_ = result.file_committed;
+  return st;
 }
 
 void FastFileWriter::abort() {
   if (state_ == State::kAborted || state_ == State::kClosed) return;
   state_ = State::kAborted;
   (void)wait_all();  // the engine may still be writing from our staging memory
-  impl_->fd.reset();
+  if (options_.num_writers > 1) {
+    // The temporary is shared: remove it only under the writers' lock, and only if it is still
+    // this writer's file (not a new attempt's, not one already committed).
+    stream::abort_parallel(impl_->fd, temp_path_);
+    return;
+  }
+  // Unlink before closing: while the descriptor holds the temporary's lock, no remover of dead
+  // writers' files (stale_files.h) takes it for its own.
   if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  impl_->fd.reset();
 }
 
 }  // namespace fastpersist

@@ -289,3 +289,44 @@ def save_as_parallel_writer(path: str, num_writers: int, rank: int, stripe_mb: f
                                     stripe_mb=stripe_mb, io_buffer_mb=io_buffer_mb) as f:
         torch.save(_PARALLEL_OBJECT["obj"], f, _use_new_zipfile_serialization=not legacy)
     return {"pid": os.getpid(), "rank": rank, "committed": f.committed, **f.stats()}
+
+
+def _file_barrier(folder: str, rank: int, num_writers: int, timeout: float = 60.0) -> None:
+    """Waits (bounded polling) until every rank has created its file in `folder`, so writers in
+    different processes start their saves together; raises TimeoutError otherwise."""
+    import time
+
+    open(os.path.join(folder, f"ready-{rank}"), "w").close()
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(folder)) < num_writers:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {os.listdir(folder)} of {num_writers} writers arrived")
+        time.sleep(0.005)
+
+
+def parallel_writer_outcome(path: str, num_writers: int, rank: int, stripe_mb: float,
+                            legacy: bool, commit_timeout: float, barrier: str) -> Dict[str, Any]:
+    """Like `save_as_parallel_writer` with a commit timeout, after a barrier with the other
+    ranks; reports the error of close() (type, errno, text) and how long close() took instead
+    of raising. Runs in spawned worker processes."""
+    import time
+
+    import fastpersist
+
+    if "obj" not in _PARALLEL_OBJECT:
+        _PARALLEL_OBJECT["obj"] = mixed()
+    _file_barrier(barrier, rank, num_writers)
+    f = fastpersist.FastFileWriter(path, num_parallel_writers=num_writers, writer_rank=rank,
+                                   stripe_mb=stripe_mb, io_buffer_mb=0.0625,
+                                   commit_timeout=commit_timeout)
+    torch.save(_PARALLEL_OBJECT["obj"], f, _use_new_zipfile_serialization=not legacy)
+    out: Dict[str, Any] = {"pid": os.getpid(), "rank": rank, "error_type": None, "errno": None,
+                           "error": ""}
+    start = time.monotonic()
+    try:
+        f.close()
+    except OSError as e:
+        out.update(error_type=type(e).__name__, errno=e.errno, error=str(e))
+    out.update(close_secs=time.monotonic() - start, committed=f.committed,
+               file_committed=f.file_committed)
+    return out

@@ -7,14 +7,21 @@ only when the last writer closed, and exactly one writer reports ``committed``.
 Across processes the serialization must be deterministic: the zip format is (storage keys are
 "0", "1", ... in pickling order); the legacy format is not (its keys are storage addresses), so
 legacy-format writers in different processes never agree and nothing is committed.
+
+Failures are never silent and never commit the wrong file: when one writer aborts, the others'
+close() raise (ECANCELED), also when a new attempt has meanwhile started at the same path; with
+``commit_timeout`` a close() waits for the set to commit and otherwise raises TimeoutError naming
+the ranks that have not closed or serialized different bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -23,7 +30,7 @@ import torch
 
 import fastpersist
 from _torch_objects import (assert_equal_objects, assert_same_file, assert_same_sharing, mixed,
-                            save_as_parallel_writer, torch_save_bytes)
+                            parallel_writer_outcome, save_as_parallel_writer, torch_save_bytes)
 
 _MiB = 1 << 20
 N_WRITERS = [1, 2, 3, 8]
@@ -132,7 +139,8 @@ def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n):
 
 def test_one_failing_writer_means_no_file(obj, tmp_path):
     """If one writer fails, the others' closes cannot complete the set: no file, nobody commits,
-    and nothing waits for the missing writer."""
+    nothing waits for the missing writer, and (since the failed writer removed the shared
+    temporary they write to) their closes say so instead of returning as if all were well."""
     path = tmp_path / "ckpt.pt"
     writers = [fastpersist.FastFileWriter(path, num_parallel_writers=3, writer_rank=r,
                                           stripe_mb=STRIPES["stripe4KiB"], io_buffer_mb=0.0625)
@@ -142,10 +150,152 @@ def test_one_failing_writer_means_no_file(obj, tmp_path):
             torch.save(obj, f)
             raise RuntimeError("rank 1 failed")
     for r in (0, 2):
-        with writers[r] as f:
-            torch.save(obj, f)
+        with pytest.raises(OSError, match="another writer of this file aborted"):
+            with writers[r] as f:
+                torch.save(obj, f)
     assert not path.exists()
     assert not any(w.committed for w in writers)
+    assert os.listdir(tmp_path) == []
+
+
+def _open_and_save(path: Path, n: int, obj: Any, **kwargs: Any) -> List[fastpersist.FastFileWriter]:
+    """Writers 0..n-1 of `path`, each having serialized `obj` (none closed yet)."""
+    writers = [fastpersist.FastFileWriter(path, num_parallel_writers=n, writer_rank=r,
+                                          stripe_mb=STRIPES["stripe4KiB"], io_buffer_mb=0.0625,
+                                          **kwargs)
+               for r in range(n)]
+    for w in writers:
+        torch.save(obj, w)
+    return writers
+
+
+def _assert_aborted(w: fastpersist.FastFileWriter) -> None:
+    with pytest.raises(OSError, match="another writer of this file aborted") as info:
+        w.close()
+    assert info.value.errno == errno.ECANCELED
+    assert info.value.filename == w.name
+    assert w.closed and not w.committed and not w.file_committed
+
+
+@pytest.mark.parametrize("commit_timeout", [None, 30])
+def test_an_abort_fails_the_other_closes_and_leaves_nothing(obj, tmp_path, commit_timeout):
+    """Regression: abort() removed the shared temporary without the lock and the others' closes
+    succeeded silently. Now they raise at once (a commit timeout does not make them wait)."""
+    path = tmp_path / "ckpt.pt"
+    writers = _open_and_save(path, 3, obj, commit_timeout=commit_timeout)
+    writers[1].abort()
+    start = time.monotonic()
+    _assert_aborted(writers[0])
+    _assert_aborted(writers[2])
+    assert time.monotonic() - start < 5
+    assert os.listdir(tmp_path) == [], "no file and no bookkeeping once everyone is done"
+
+
+def test_an_abort_then_a_new_attempt_commits_only_the_new_bytes(obj, tmp_path):
+    """Attempt A loses rank 1 to abort() while attempt B writes a new shared temporary at the
+    same path: A's remaining closes fail, B commits exactly B's file."""
+    path = tmp_path / "ckpt.pt"
+    obj_b = {"b": torch.arange(100_000, dtype=torch.int64), "a": obj}
+    a = _open_and_save(path, 3, obj)
+    a[1].abort()
+    b = _open_and_save(path, 3, obj_b)
+    _assert_aborted(a[0])
+    _assert_aborted(a[2])
+    assert not path.exists()
+    for w in b:
+        w.close()
+    assert [w.committed for w in b] == [False, False, True]
+    assert_same_file(path.read_bytes(), torch_save_bytes(obj_b))
+    assert_equal_objects(torch.load(path, weights_only=True), obj_b)
+    assert os.listdir(tmp_path) == [path.name]
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_threads_closing_concurrently_with_commit_timeout_all_see_the_file(
+        obj, single_writer_file, tmp_path, n):
+    """With a commit timeout every close returns only once the file is committed, and says so."""
+    path = tmp_path / "ckpt.pt"
+    stats: List[Dict[str, Any]] = []
+    errors: List[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def run(rank: int) -> None:
+        try:
+            with fastpersist.FastFileWriter(path, num_parallel_writers=n, writer_rank=rank,
+                                            stripe_mb=STRIPES["stripe64KiB"],
+                                            commit_timeout=TIMEOUT) as f:
+                torch.save(obj, f)
+                barrier.wait(timeout=TIMEOUT)  # all closes race
+            assert path.exists() and f.file_committed, f"rank {rank} returned before the commit"
+            stats.append(_stats(f))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+        assert not t.is_alive(), "a writer thread hangs"
+    assert not errors, errors
+    assert time.monotonic() - start < TIMEOUT / 2, "a close sat out its timeout"
+    _check_result(path, single_writer_file["zip"], obj, stats)
+
+
+def test_a_missing_rank_times_out_naming_it(obj, tmp_path):
+    """Rank 2 serializes but never closes: the concurrent closes of ranks 0 and 1 raise
+    TimeoutError naming rank 2 and leave the shared temporary to it (it is still running); its
+    abort then removes everything."""
+    path = tmp_path / "ckpt.pt"
+    writers = _open_and_save(path, 3, obj, commit_timeout=1)
+    errors: Dict[int, BaseException] = {}
+    seconds: Dict[int, float] = {}
+
+    def run(rank: int) -> None:
+        start = time.monotonic()
+        try:
+            writers[rank].close()
+        except BaseException as e:  # noqa: BLE001 - checked below
+            errors[rank] = e
+        seconds[rank] = time.monotonic() - start
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+        assert not t.is_alive(), "a writer thread hangs"
+    for rank in range(2):
+        e = errors.get(rank)
+        assert isinstance(e, TimeoutError), f"rank {rank}: {e!r}"
+        assert e.errno == errno.ETIMEDOUT and e.filename == str(path)
+        assert f"this writer is rank {rank} of 3" in str(e)
+        assert f"rank {1 - rank} closed with the same stream" in str(e)
+        assert "rank 2 has not closed" in str(e)
+        assert "other writers still have" in str(e)
+        assert 0.9 <= seconds[rank] < 1 + 10, f"rank {rank} took {seconds[rank]:.1f} s"
+    assert not path.exists()
+    writers[2].abort()
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_passes_commit_timeout_through(obj, tmp_path):
+    """fastpersist.save(..., commit_timeout=) of one rank of two, the other never starting: it
+    raises, and being the only writer it removes the shared temporary files."""
+    path = tmp_path / "ckpt.pt"
+    with pytest.raises(TimeoutError, match="rank 1 has not closed"):
+        fastpersist.save(obj, path, num_parallel_writers=2, writer_rank=0, commit_timeout=0.2)
+    assert os.listdir(tmp_path) == []
+
+
+def test_bad_commit_timeouts_raise(tmp_path):
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="commit_timeout"):
+            fastpersist.FastFileWriter(tmp_path / "x", num_parallel_writers=2, commit_timeout=bad)
+    with pytest.raises(TypeError, match="commit_timeout"):
+        fastpersist.FastFileWriter(tmp_path / "x", num_parallel_writers=2, commit_timeout="1")
+    assert os.listdir(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------- processes
@@ -198,3 +348,35 @@ def test_processes_with_legacy_format_never_commit_mixed_content(obj, pool, tmp_
         assert_equal_objects(torch.load(path, weights_only=True), obj)
     else:
         assert not any(s["committed"] for s in stats)
+
+
+def test_processes_with_legacy_format_and_commit_timeout_raise_naming_the_ranks(obj, pool,
+                                                                              tmp_path):
+    """With a commit timeout the legacy format's disagreement is no longer silent: each close
+    raises TimeoutError within about the timeout, naming the other rank's different stream, and
+    the last writer out removes the shared temporary and the records."""
+    path = tmp_path / "out" / "ckpt.pt"
+    path.parent.mkdir()
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    timeout = 2.0
+    jobs = [pool.apply_async(parallel_writer_outcome,
+                             (str(path), 2, r, STRIPES["stripe4KiB"], True, timeout, str(barrier)))
+            for r in range(2)]
+    out = [j.get(TIMEOUT) for j in jobs]
+    assert out[0]["pid"] != out[1]["pid"], "the barrier puts the ranks in different processes"
+    if all(o["error_type"] is None for o in out):  # both processes used the same addresses
+        assert sum(o["committed"] for o in out) == 1
+        assert_equal_objects(torch.load(path, weights_only=True), obj)
+        return
+    for o in out:
+        other = 1 - o["rank"]
+        assert o["error_type"] == "TimeoutError", o
+        assert o["errno"] == errno.ETIMEDOUT, o
+        assert f"this writer is rank {o['rank']} of 2" in o["error"], o["error"]
+        assert f"rank {other} closed with a different stream" in o["error"], o["error"]
+        assert "serialized different bytes" in o["error"], o["error"]
+        assert "use the zip format" in o["error"], o["error"]
+        assert timeout * 0.9 <= o["close_secs"] < timeout + 10, o
+        assert not o["committed"] and not o["file_committed"]
+    assert os.listdir(path.parent) == [], "the last writer out cleans up"
