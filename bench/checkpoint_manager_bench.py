@@ -16,7 +16,8 @@ folder, every round measures, in this order:
   the same load ``into=`` the state's own tensors (in place, as a resume into a built model),
   a cold ``safetensors.torch.load_file`` of the same tensors in one file, and a cold
   ``torch.load`` of a ``torch.save`` file. fio and the two loads go in an order that rotates
-  every round.
+  every round. Last, as a diagnostic, the speed at which the process gets new memory
+  (``fresh_memory``: allocate and write as many bytes as the state).
 
 Then, once: training steps (forward, backward, SGD step) without and with a ``save_async`` at
 the start of every step, the optimizer hooked with ``hook_optimizer`` so step() waits for the
@@ -194,7 +195,7 @@ def main() -> int:
 
     m: Dict[str, List[float]] = {k: [] for k in [
         "fio_write", "fio_read_new", "fio_read", "save", "save_nock", "save_block", "checksum_frac", "load",
-        "load_into", "st_load", "torch_load"]}
+        "load_into", "st_load", "torch_load", "fresh_memory"]}
     mgr = fastpersist.CheckpointManager(root)
     mgr.save("warmup", state)  # the first save allocates (and pins) the staging memory
     mgr.remove("warmup")
@@ -269,6 +270,12 @@ def main() -> int:
         t = timed(lambda: touch(torch.load(pt_path, weights_only=True)))
         m["torch_load"].append(size / GB / t)
         gc.collect()
+        # Diagnostic: how fast this process gets `size` bytes of new memory right now (allocate
+        # and write once). A fresh load must fault in as much; fio reuses one buffer. Measured
+        # last in the round, since it also warms the memory for whatever allocates next.
+        t = timed(lambda: torch.empty(size, dtype=torch.uint8).fill_(1))
+        m["fresh_memory"].append(size / GB / t)
+        gc.collect()
     mgr.close()
     nock.close()
     shutil.rmtree(nock_root, ignore_errors=True)
@@ -282,7 +289,7 @@ def main() -> int:
     print("| measure | median GB/s per round |")
     print("|---|---|")
     for k in ["fio_write", "save", "save_nock", "fio_read_new", "fio_read", "load", "load_into",
-              "st_load", "torch_load"]:
+              "st_load", "torch_load", "fresh_memory"]:
         print(f"| {k} | {' '.join(f'{x:.2f}' for x in m[k])} |")
     print(f"| save_async blocks / sync save | {' '.join(f'{x:.3f}' for x in m['save_block'])} |")
     print(f"| checksum CPU time / save time | {' '.join(f'{x:.3f}' for x in m['checksum_frac'])} |")

@@ -82,7 +82,7 @@ class CheckpointReader {
   // (spans[i] == nullptr for requests with a destination). A destination that lines up with
   // its tensor's file offset (address = offset mod 4096) is read into straight; any other
   // goes through a ring of aligned slots and is copied from there (at most
-  // `max_in_flight_bytes` of slots when bounded, else 192 MiB). Every read is in flight at
+  // `max_in_flight_bytes` of slots when bounded, else 256 MiB). Every read is in flight at
   // once, bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination;
   // with `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
   struct ReadResult {

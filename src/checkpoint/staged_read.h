@@ -35,7 +35,7 @@ struct StagedTarget {
 
 struct StagedReadOptions {
   uint64_t slot_bytes = uint64_t{32} << 20;  // multiple of 4096
-  size_t slots = 6;
+  size_t slots = 8;
   uint64_t max_gap_bytes = uint64_t{1} << 20;  // unrequested bytes read to join two ranges
   // Called with each target's index and the XXH3-64 of its bytes once all of them arrived;
   // a non-OK status stops the read and is returned. Null: no checksums computed.
