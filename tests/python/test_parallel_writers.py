@@ -110,8 +110,11 @@ def test_threads_then_ordered_closes(obj, single_writer_file, tmp_path, n, fmt, 
     _check_result(path, single_writer_file[fmt], obj, [_stats(w) for w in writers])
 
 
+@pytest.mark.parametrize("commit_timeout", [None, TIMEOUT])
 @pytest.mark.parametrize("n", [2, 3, 8])
-def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n):
+def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n, commit_timeout):
+    """All closes race. With a commit timeout every close returns only once the file is
+    committed, and says so (without sitting out its timeout)."""
     path = tmp_path / "ckpt.pt"
     stats: List[Dict[str, Any]] = []
     errors: List[BaseException] = []
@@ -120,13 +123,17 @@ def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n):
     def run(rank: int) -> None:
         try:
             with fastpersist.FastFileWriter(path, num_parallel_writers=n, writer_rank=rank,
-                                            stripe_mb=STRIPES["stripe64KiB"]) as f:
+                                            stripe_mb=STRIPES["stripe64KiB"],
+                                            commit_timeout=commit_timeout) as f:
                 torch.save(obj, f)
                 barrier.wait(timeout=TIMEOUT)  # all closes race
+            if commit_timeout:
+                assert path.exists() and f.file_committed, f"rank {rank} returned before the commit"
             stats.append(_stats(f))
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
+    start = time.monotonic()
     threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
     for t in threads:
         t.start()
@@ -134,6 +141,7 @@ def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n):
         t.join(timeout=TIMEOUT)
         assert not t.is_alive(), "a writer thread hangs"
     assert not errors, errors
+    assert time.monotonic() - start < TIMEOUT / 2, "a close sat out its timeout"
     _check_result(path, single_writer_file["zip"], obj, stats)
 
 
@@ -208,39 +216,6 @@ def test_an_abort_then_a_new_attempt_commits_only_the_new_bytes(obj, tmp_path):
     assert_same_file(path.read_bytes(), torch_save_bytes(obj_b))
     assert_equal_objects(torch.load(path, weights_only=True), obj_b)
     assert os.listdir(tmp_path) == [path.name]
-
-
-@pytest.mark.parametrize("n", [2, 3, 8])
-def test_threads_closing_concurrently_with_commit_timeout_all_see_the_file(
-        obj, single_writer_file, tmp_path, n):
-    """With a commit timeout every close returns only once the file is committed, and says so."""
-    path = tmp_path / "ckpt.pt"
-    stats: List[Dict[str, Any]] = []
-    errors: List[BaseException] = []
-    barrier = threading.Barrier(n)
-
-    def run(rank: int) -> None:
-        try:
-            with fastpersist.FastFileWriter(path, num_parallel_writers=n, writer_rank=rank,
-                                            stripe_mb=STRIPES["stripe64KiB"],
-                                            commit_timeout=TIMEOUT) as f:
-                torch.save(obj, f)
-                barrier.wait(timeout=TIMEOUT)  # all closes race
-            assert path.exists() and f.file_committed, f"rank {rank} returned before the commit"
-            stats.append(_stats(f))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    start = time.monotonic()
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-        assert not t.is_alive(), "a writer thread hangs"
-    assert not errors, errors
-    assert time.monotonic() - start < TIMEOUT / 2, "a close sat out its timeout"
-    _check_result(path, single_writer_file["zip"], obj, stats)
 
 
 def test_a_missing_rank_times_out_naming_it(obj, tmp_path):

@@ -21,6 +21,7 @@ namespace fastpersist {
 namespace {
 
 using testing::TempDir;
+using testing::list_dir;
 
 // Writes `data` in pseudo-random chunk sizes (1 byte to 3 MiB) drawn from `seed`.
 Status write_chunked(FastFileWriter& w, std::span<const std::byte> data, unsigned seed) {
@@ -34,18 +35,6 @@ Status write_chunked(FastFileWriter& w, std::span<const std::byte> data, unsigne
     pos += n;
   }
   return Status::ok();
-}
-
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-  }
-  return names;
 }
 
 struct WriterCase {

@@ -30,23 +30,11 @@ namespace fastpersist {
 namespace {
 
 using testing::TempDir;
+using testing::list_dir;
 using Clock = std::chrono::steady_clock;
 using Writer = std::unique_ptr<FastFileWriter>;
 
 constexpr size_t kStripe = 256 << 10;
-
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 

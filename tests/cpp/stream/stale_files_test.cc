@@ -22,19 +22,7 @@ namespace fastpersist {
 namespace {
 
 using testing::TempDir;
-
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing::list_dir;
 
 size_t count_temps(const std::string& dir, const std::string& target = "") {
   size_t n = 0;

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "testing/test_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +111,19 @@ Result<uint64_t> file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return Status::from_errno(errno, "stat").with_path(path);
   return static_cast<uint64_t>(st.st_size);
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string first_difference(std::span<const std::byte> expected, std::span<const std::byte> actual) {

@@ -48,6 +48,8 @@ Result<std::vector<std::byte>> read_whole_file(const std::string& path);
 // Creates or replaces `path` with exactly `bytes`.
 Status write_whole_file(const std::string& path, std::span<const std::byte> bytes);
 Result<uint64_t> file_size(const std::string& path);
+// The names in `dir` (not "." and ".."), sorted; empty when it cannot be read.
+std::vector<std::string> list_dir(const std::string& dir);
 
 // "" when equal, else where and how they first differ (for EXPECT_EQ("", ...)).
 std::string first_difference(std::span<const std::byte> expected, std::span<const std::byte> actual);
