@@ -346,7 +346,10 @@ class CheckpointManager:
             tag: a tag, a step, or "latest".
             into: existing tensors to fill in place (a nested dict like the saved state, e.g.
                 ``{"model": model.state_dict()}``, or an ``nn.Module``). Their bytes are read
-                straight into that memory; the returned state holds those same tensors.
+                into that memory (no full-size intermediate buffer); the returned state holds
+                those same tensors. A load that fails (damage found by ``verify``, an I/O
+                error) may have overwritten some of them already; ``resume(into=...)`` then
+                fills them again from the next older checkpoint.
             keys: a list of names (``"model.lm_head.weight"``) or a predicate on names.
                 Unselected tensors are left out of the returned state.
             dtype: convert on load: one dtype for every floating-point tensor, or {name: dtype}.

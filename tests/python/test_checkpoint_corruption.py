@@ -378,6 +378,20 @@ def test_resume_skips_a_damaged_newest_checkpoint(mgr):
     assert len([w for w in record if TAG2 in str(w.message)]) == 1
 
 
+def test_resume_into_existing_tensors_overwrites_what_a_damaged_newest_left(mgr):
+    """An in-place load that fails verification has already overwritten part of the
+    destination; resume(into=) then loads the older checkpoint into the same tensors, so
+    every tensor ends with the older checkpoint's values, none with a mix."""
+    entry = tensor_entry(mgr, "optimizer.state.0.exp_avg")
+    flip_byte(ckpt_file(mgr, entry["file"]), entry["offset"] + entry["length"] - 1, mask=0x40)
+    dest = make_state(7)  # same shapes, other values
+    with pytest.warns(UserWarning, match=TAG2):
+        tag, state = mgr.resume(into=dest)
+    assert tag == TAG1
+    assert state["model"]["embed.weight"] is dest["model"]["embed.weight"], "filled in place"
+    assert_state_equal(state, make_state(1))
+
+
 def test_resume_with_every_checkpoint_damaged(mgr):
     for tag in (TAG1, TAG2):
         entry = tensor_entry(mgr, "counts")
