@@ -87,14 +87,17 @@ def save(
             writers num_parallel_writers, writer_rank, stripe_mb and commit_timeout).
 
     Returns:
-        The writer's statistics (bytes, seconds, zero-copy bytes, ...).
+        The writer's statistics (bytes, seconds, zero-copy bytes, ...), plus ``committed``
+        (this call renamed the file into place: always, unless parallel writers) and
+        ``file_committed`` (the file is at ``path``: for a parallel writer, true when its close
+        completed the set or, with ``commit_timeout``, saw another writer complete it).
     """
     torch = _torch()
     with _fast_save_settings(align_storages and not use_legacy_format, compute_crc32):
         with FastFileWriter(path, **writer_options) as f:
             torch.save(obj, f, pickle_protocol=pickle_protocol,
                        _use_new_zipfile_serialization=not use_legacy_format)
-    return f.stats()
+    return {**f.stats(), "committed": f.committed, "file_committed": f.file_committed}
 
 
 class _MemoryFile:

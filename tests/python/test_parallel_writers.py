@@ -145,6 +145,33 @@ def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n, comm
     _check_result(path, single_writer_file["zip"], obj, stats)
 
 
+def test_fastpersist_save_as_parallel_writers_reports_the_commit(obj, single_writer_file, tmp_path):
+    """fastpersist.save in three threads with a commit timeout: exactly one call committed the
+    file, and every call returns only once the file is there, saying so."""
+    path = tmp_path / "ckpt.pt"
+    results: List[Dict[str, Any]] = []
+    errors: List[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            results.append(fastpersist.save(obj, path, num_parallel_writers=3, writer_rank=rank,
+                                            stripe_mb=STRIPES["stripe64KiB"], commit_timeout=TIMEOUT))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+        assert not t.is_alive(), "a writer thread hangs"
+    assert not errors, errors
+    assert sum(r["committed"] for r in results) == 1
+    assert all(r["file_committed"] for r in results)
+    assert torch.load(path, weights_only=True).keys() == obj.keys()
+    assert os.listdir(tmp_path) == [path.name]
+
+
 def test_one_failing_writer_means_no_file(obj, tmp_path):
     """If one writer fails, the others' closes cannot complete the set: no file, nobody commits,
     nothing waits for the missing writer, and (since the failed writer removed the shared

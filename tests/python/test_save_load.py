@@ -53,6 +53,7 @@ def test_save_then_torch_load_and_fastpersist_load(objects, tmp_path, name, lega
     stats = fastpersist.save(obj, path, use_legacy_format=legacy)
     written = path.read_bytes()
     assert stats["bytes"] == len(written)
+    assert stats["committed"] and stats["file_committed"]
     assert_same_file(written, fastpersist_save_reference(obj, legacy))
     for loaded in (torch.load(path, weights_only=True), fastpersist.load(path)):
         assert_equal_objects(loaded, obj)
