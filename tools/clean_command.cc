@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// `fastpersist clean DIR... [--dry-run] [--json]`: removes the temporaries that FastFileWriters
-// (fastpersist.save, torch.save into a FastFileWriter) left when their process died
-// (".<name>.fp-tmp-XXXXXX"). A temporary whose writer is alive is locked and is only listed, so
-// the command is safe to run while jobs are saving into the same folders. See
-// include/fastpersist/stale_files.h.
+// `fastpersist clean DIR... [--dry-run] [--parallel-min-age S] [--json]`: removes the
+// temporaries that FastFileWriters (fastpersist.save, torch.save into a FastFileWriter) left when
+// their process died (".<name>.fp-tmp-XXXXXX"), and parallel writers' sets that no writer holds
+// and nobody wrote for S seconds (".<name>.fp-partial" + records). A temporary whose writer is
+// alive is locked and is only listed, so the command is safe to run while jobs are saving into
+// the same folders. See include/fastpersist/stale_files.h.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,11 +25,15 @@ struct Args {
   std::vector<std::string> dirs;
   bool dry_run = false;
   bool json = false;
+  double parallel_min_age = 3600;
 };
 
 void print_text(const std::string& dir, const StaleFileReport& r, bool dry_run) {
   for (const std::string& p : r.removed) std::cout << (dry_run ? "would remove " : "removed ") << p << "\n";
   for (const std::string& p : r.in_use) std::cout << "in use (a writer is alive), kept " << p << "\n";
+  for (const std::string& p : r.too_recent) {
+    std::cout << "no writer left, but written recently (a rank may still come), kept " << p << "\n";
+  }
   for (const auto& [p, why] : r.failed) std::cout << "cannot remove " << p << ": " << why << "\n";
   std::cout << dir << ": ";
   if (r.removed.empty()) {
@@ -49,6 +54,7 @@ nlohmann::ordered_json to_json(const std::string& dir, const StaleFileReport& r)
           {"removed", r.removed},
           {"removed_bytes", r.removed_bytes},
           {"in_use", r.in_use},
+          {"too_recent", r.too_recent},
           {"failed", failed}};
 }
 
@@ -63,7 +69,10 @@ int run(const Args& a) {
     }
   }
   for (const std::string& dir : a.dirs) {
-    auto report = remove_stale_temp_files(dir, "", a.dry_run);
+    StaleFileOptions o;
+    o.dry_run = a.dry_run;
+    o.parallel_set_min_age_seconds = a.parallel_min_age;
+    auto report = remove_stale_temp_files(dir, o);
     if (!report.is_ok()) return fail(kCommand, report.status().to_string(), kExitFailure);
     if (!report->failed.empty()) code = kExitFailure;
     if (a.json) {
@@ -91,6 +100,11 @@ Command add_clean_command(CLI::App& parent) {
       "(.NAME.fp-tmp-*); files of living writers are kept");
   app->add_option("DIR", args->dirs, "Folders to clean (not recursive)")->required();
   app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
+  app->add_option("--parallel-min-age", args->parallel_min_age,
+                  "Remove a parallel writers' set (.NAME.fp-partial) that no writer holds only "
+                  "when it was last written at least this many seconds ago")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] { return run(*args); }};
 }

@@ -12,8 +12,14 @@
 // Every FastFileWriter removes the debris of its own target name when it opens, so a job that
 // saves to the same path again cleans up after a crash by itself. remove_stale_temp_files()
 // (`fastpersist clean DIR`) does it for every target in a directory.
+//
+// Parallel writers share ".<name>.fp-partial" (plus ".done" and ".lock" records, see
+// src/stream/parallel_commit.h), and each holds a shared flock on it while it runs. A set that
+// no writer holds any more can still be completed by a rank that has not started yet, so it
+// is removed only when it has also not been written for `parallel_set_min_age_seconds`.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,22 +28,28 @@
 
 namespace fastpersist {
 
+struct StaleFileOptions {
+  std::string target_name;  // non-empty: only the temporaries of this file name
+  bool dry_run = false;     // list what would be removed, remove nothing
+  bool parallel_sets = true;
+  double parallel_set_min_age_seconds = 3600;
+};
+
 struct StaleFileReport {
   std::vector<std::string> removed;  // temporaries of dead writers (would be removed: dry run)
   std::vector<std::string> in_use;   // temporaries a living writer still holds
+  std::vector<std::string> too_recent;  // parallel sets without writers, younger than the minimum age
   std::vector<std::pair<std::string, std::string>> failed;  // path, why it could not be removed
   uint64_t removed_bytes = 0;
 };
 
-// Removes the temporaries of dead writers in `dir` (not recursive). With a non-empty
-// `target_name`, only those of that file name (".<target_name>.fp-tmp-*"). With `dry_run`,
-// nothing is removed and `removed` lists what would be. Fails only when `dir` cannot be read;
-// a file that cannot be removed is listed in `failed`.
-Result<StaleFileReport> remove_stale_temp_files(const std::string& dir,
-                                                const std::string& target_name = "",
-                                                bool dry_run = false);
+// Removes the temporaries of dead writers in `dir` (not recursive). Fails only when `dir`
+// cannot be read; a file that cannot be removed is listed in `failed`.
+Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options = {});
 
 // Whether `name` (a file name, no directory) is a FastFileWriter temporary, and of which target.
 bool is_writer_temp_name(const std::string& name, std::string* target_name = nullptr);
+// Whether `name` is the shared temporary of parallel writers (".<target>.fp-partial").
+bool is_parallel_set_name(const std::string& name, std::string* target_name = nullptr);
 
 }  // namespace fastpersist

@@ -128,18 +128,22 @@ void bind_writer(nb::module_& m) {
 
   m.def(
       "remove_stale_temp_files",
-      [](const std::string& dir, const std::string& target_name, bool dry_run) {
-        StaleFileReport r = unwrap(without_gil([&] { return remove_stale_temp_files(dir, target_name, dry_run); }));
+      [](const std::string& dir, bool dry_run, double parallel_set_min_age_seconds) {
+        StaleFileOptions o;
+        o.dry_run = dry_run;
+        o.parallel_set_min_age_seconds = parallel_set_min_age_seconds;
+        StaleFileReport r = unwrap(without_gil([&] { return remove_stale_temp_files(dir, o); }));
         nb::list failed;
         for (const auto& [path, why] : r.failed) failed.append(nb::make_tuple(path, why));
         nb::dict out;
         out["removed"] = r.removed;
         out["in_use"] = r.in_use;
+        out["too_recent"] = r.too_recent;
         out["failed"] = failed;
         out["removed_bytes"] = r.removed_bytes;
         return out;
       },
-      "dir"_a, "target_name"_a = "", "dry_run"_a = false,
+      "dir"_a, "dry_run"_a = false, "parallel_set_min_age_seconds"_a = 3600.0,
       "Removes the temporaries of FastFileWriters whose process died (see stale_files.h).");
 }
 

@@ -8,6 +8,10 @@ under the target's name. The next writer of the same target removes it by itself
 ``clean_stale_temp_files`` (or ``fastpersist clean DIR``) removes those of every target in a
 folder. A temporary whose writer is alive is locked and is never touched, so both are safe while
 other jobs save into the folder.
+
+Parallel writers share ``.<name>.fp-partial`` (with ``.done`` and ``.lock`` records). A set that
+no writer holds any more could still be completed by a rank that has not started yet, so it is
+removed only once it has not been written for ``parallel_min_age`` seconds (default one hour).
 """
 
 from __future__ import annotations
@@ -29,18 +33,24 @@ class StaleFiles:
     """Temporaries of dead writers that were removed (would be, with ``dry_run``)."""
     in_use: List[str] = field(default_factory=list)
     """Temporaries that a living writer holds; kept."""
+    too_recent: List[str] = field(default_factory=list)
+    """Parallel writers' sets that no writer holds but that were written too recently; kept."""
     failed: List[Tuple[str, str]] = field(default_factory=list)
     """(path, reason) for each temporary-looking entry that could not be removed."""
     removed_bytes: int = 0
     """Disk space the removed temporaries held."""
 
 
-def clean_stale_temp_files(folder: PathLike, *, dry_run: bool = False) -> StaleFiles:
+def clean_stale_temp_files(folder: PathLike, *, dry_run: bool = False,
+                           parallel_min_age: float = 3600.0) -> StaleFiles:
     """Removes the temporaries that dead ``FastFileWriter`` processes left in ``folder``.
 
     Not recursive. Raises ``FileNotFoundError`` (an ``OSError``) when the folder cannot be read.
     """
-    r = _core.remove_stale_temp_files(os.fspath(folder), "", bool(dry_run))
+    if parallel_min_age < 0:
+        raise ValueError(f"parallel_min_age must be >= 0 seconds, got {parallel_min_age}")
+    r = _core.remove_stale_temp_files(os.fspath(folder), bool(dry_run), float(parallel_min_age))
     return StaleFiles(removed=list(r["removed"]), in_use=list(r["in_use"]),
+                      too_recent=list(r["too_recent"]),
                       failed=[(p, why) for p, why in r["failed"]],
                       removed_bytes=int(r["removed_bytes"]))

@@ -102,7 +102,10 @@ Result<std::unique_ptr<FastFileWriter>> FastFileWriter::open(const std::string& 
   } else {
     // Debris of earlier writers of this path that died (best effort: a failure to clean up must
     // not fail this save; `fastpersist clean` reports such files).
-    (void)remove_stale_temp_files(stream::dir_of(path), stream::base_of(path));
+    StaleFileOptions debris;
+    debris.target_name = stream::base_of(path);
+    debris.parallel_sets = false;
+    (void)remove_stale_temp_files(stream::dir_of(path), debris);
     FP_ASSIGN_OR_RETURN(impl.fd, stream::create_temp_beside(path, &w->temp_path_));
   }
   w->preallocate_ = options.preallocate_max_bytes > 0;

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -78,6 +80,23 @@ class WritersLock {
       FP_RETURN_IF_ERROR(flock_retry(fd.get(), LOCK_EX, path));
       FP_ASSIGN_OR_RETURN(struct stat held, stat_fd(fd.get(), path));
       if (names(path, held)) return WritersLock(partial_path, std::move(fd));
+    }
+  }
+  // Like acquire(), but gives up (nullopt) when another process holds the mutex now.
+  static Result<std::optional<WritersLock>> try_acquire(const std::string& partial_path) {
+    std::string path = lock_path_of(partial_path);
+    for (;;) {
+      UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+      if (!fd.valid()) {
+        return Status::from_errno(errno, "cannot open the writers' lock").with_path(path);
+      }
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) return std::optional<WritersLock>();
+        if (errno == EINTR) continue;
+        return Status::from_errno(errno, "flock failed").with_path(path);
+      }
+      FP_ASSIGN_OR_RETURN(struct stat held, stat_fd(fd.get(), path));
+      if (names(path, held)) return std::optional<WritersLock>(WritersLock(partial_path, std::move(fd)));
     }
   }
   WritersLock(WritersLock&&) noexcept = default;
@@ -282,6 +301,37 @@ void abort_parallel(UniqueFd& fd, const std::string& partial_path) {
     }
   }
   fd.reset();
+}
+
+Result<AbandonedSet> remove_abandoned_set(const std::string& partial_path, double min_age_seconds,
+                                          bool dry_run, uint64_t* bytes) {
+  *bytes = 0;
+  FP_ASSIGN_OR_RETURN(std::optional<WritersLock> lock, WritersLock::try_acquire(partial_path));
+  if (!lock) return AbandonedSet::kInUse;  // a writer is in its critical section right now
+  UniqueFd fd(::open(partial_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno != ENOENT) return Status::from_errno(errno, "cannot open").with_path(partial_path);
+    // Records without their file describe nothing; the lock's release then removes P.lock.
+    if (!dry_run) FP_RETURN_IF_ERROR(write_records(done_path_of(partial_path), {}));
+    return AbandonedSet::kGone;
+  }
+  FP_ASSIGN_OR_RETURN(struct stat st, stat_fd(fd.get(), partial_path));
+  if (!S_ISREG(st.st_mode)) {
+    return Status(StatusCode::kInvalidArgument, "not a regular file").with_path(partial_path);
+  }
+  // Every live writer holds a shared flock on P from open to close (step 1).
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return AbandonedSet::kInUse;
+    return Status::from_errno(errno, "cannot lock").with_path(partial_path);
+  }
+  if (!names(partial_path, st)) return AbandonedSet::kGone;
+  double age = std::difftime(std::time(nullptr), st.st_mtime);
+  if (age < min_age_seconds) return AbandonedSet::kTooRecent;
+  *bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+  if (dry_run) return AbandonedSet::kRemoved;
+  if (::unlink(partial_path.c_str()) != 0) return Status::from_errno(errno, "cannot remove").with_path(partial_path);
+  FP_RETURN_IF_ERROR(write_records(done_path_of(partial_path), {}));
+  return AbandonedSet::kRemoved;
 }
 
 }  // namespace fastpersist::stream

@@ -90,4 +90,13 @@ Status finish_parallel(UniqueFd& fd, const ParallelWriter& writer, uint64_t dige
 // the mutex: if the mutex cannot be taken, P is left for the next attempt to reuse.
 void abort_parallel(UniqueFd& fd, const std::string& partial_path);
 
+// A set nobody finished: no writer holds P (all closed without completing it, or died), so no
+// close can commit it any more, unless a rank that has not started yet would still complete it;
+// `min_age_seconds` (P's last write at least that long ago) stands for "no such rank will come".
+// Under the mutex (not waited for: kInUse when busy), removes P and P.done; the lock's release
+// removes P.lock. `bytes` receives the space P held.
+enum class AbandonedSet { kRemoved, kInUse, kTooRecent, kGone };
+Result<AbandonedSet> remove_abandoned_set(const std::string& partial_path, double min_age_seconds,
+                                          bool dry_run, uint64_t* bytes);
+
 }  // namespace fastpersist::stream

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "common/unique_fd.h"
+#include "stream/parallel_commit.h"
 
 namespace fastpersist {
 namespace {
@@ -57,6 +58,16 @@ Verdict remove_if_dead(const std::string& path, bool dry_run, uint64_t* bytes, s
 
 }  // namespace
 
+bool is_parallel_set_name(const std::string& name, std::string* target_name) {
+  const std::string suffix = ".fp-partial";
+  if (name.size() < 2 + suffix.size() || name[0] != '.' ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  if (target_name != nullptr) *target_name = name.substr(1, name.size() - 1 - suffix.size());
+  return true;
+}
+
 bool is_writer_temp_name(const std::string& name, std::string* target_name) {
   const size_t marker_length = sizeof(kTempMarker) - 1;
   if (name.size() < 1 + marker_length + kTempSuffixLength || name[0] != '.') return false;
@@ -66,27 +77,30 @@ bool is_writer_temp_name(const std::string& name, std::string* target_name) {
   return true;
 }
 
-Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const std::string& target_name,
-                                                bool dry_run) {
+Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
   if (d == nullptr) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
-  std::vector<std::string> names;
+  std::vector<std::string> temps, sets;
   errno = 0;
   while (const dirent* e = ::readdir(d.get())) {
     std::string name = e->d_name, target;
-    if (is_writer_temp_name(name, &target) && (target_name.empty() || target == target_name)) {
-      names.push_back(std::move(name));
+    if (is_writer_temp_name(name, &target)) {
+      if (options.target_name.empty() || target == options.target_name) temps.push_back(name);
+    } else if (options.parallel_sets && is_parallel_set_name(name, &target)) {
+      if (options.target_name.empty() || target == options.target_name) sets.push_back(name);
     }
   }
   if (errno != 0) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
-  std::sort(names.begin(), names.end());
+  std::sort(temps.begin(), temps.end());
+  std::sort(sets.begin(), sets.end());
+  auto path_of = [&](const std::string& name) { return (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name; };
 
   StaleFileReport report;
-  for (const std::string& name : names) {
-    std::string path = (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name;
+  for (const std::string& name : temps) {
+    std::string path = path_of(name);
     uint64_t bytes = 0;
     std::string why;
-    switch (remove_if_dead(path, dry_run, &bytes, &why)) {
+    switch (remove_if_dead(path, options.dry_run, &bytes, &why)) {
       case Verdict::kRemoved:
         report.removed.push_back(path);
         report.removed_bytes += bytes;
@@ -98,6 +112,30 @@ Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const st
         report.failed.emplace_back(path, why);
         break;
       case Verdict::kGone:
+        break;
+    }
+  }
+  for (const std::string& name : sets) {
+    std::string path = path_of(name);
+    uint64_t bytes = 0;
+    Result<stream::AbandonedSet> r =
+        stream::remove_abandoned_set(path, options.parallel_set_min_age_seconds, options.dry_run, &bytes);
+    if (!r.is_ok()) {
+      report.failed.emplace_back(path, r.status().message());
+      continue;
+    }
+    switch (*r) {
+      case stream::AbandonedSet::kRemoved:
+        report.removed.push_back(path);
+        report.removed_bytes += bytes;
+        break;
+      case stream::AbandonedSet::kInUse:
+        report.in_use.push_back(path);
+        break;
+      case stream::AbandonedSet::kTooRecent:
+        report.too_recent.push_back(path);
+        break;
+      case stream::AbandonedSet::kGone:
         break;
     }
   }

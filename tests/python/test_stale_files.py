@@ -131,3 +131,37 @@ def test_cli_clean(tmp_path):
                        check=False)
     assert r.returncode == 2
     assert "give the directory" in r.stderr
+
+
+def test_clean_removes_an_abandoned_parallel_set_once_old_enough(tmp_path):
+    """Two of three parallel writers close (no commit timeout), the third never comes: the
+    shared temporary and its records stay. clean keeps them while young, removes them with
+    --parallel-min-age 0 (CLI) / parallel_min_age=0 (Python)."""
+    path = tmp_path / "p.pt"
+    for rank in range(2):
+        with fastpersist.FastFileWriter(path, num_parallel_writers=3, writer_rank=rank,
+                                        stripe_mb=0.25) as f:
+            f.write(b"y" * (3 << 20))
+        assert not f.file_committed
+    leftovers = sorted(os.listdir(tmp_path))
+    assert leftovers == [".p.pt.fp-partial", ".p.pt.fp-partial.done", ".p.pt.fp-partial.lock"]
+
+    kept = fastpersist.clean_stale_temp_files(tmp_path)
+    assert [os.path.basename(p) for p in kept.too_recent] == [".p.pt.fp-partial"]
+    assert sorted(os.listdir(tmp_path)) == leftovers
+    with pytest.raises(ValueError, match="parallel_min_age"):
+        fastpersist.clean_stale_temp_files(tmp_path, parallel_min_age=-1)
+
+    cli = find_cli()
+    if cli is not None:
+        r = subprocess.run([cli, "clean", str(tmp_path)], capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        assert "written recently" in r.stdout and sorted(os.listdir(tmp_path)) == leftovers
+        r = subprocess.run([cli, "clean", str(tmp_path), "--parallel-min-age", "0"],
+                           capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        assert f"removed {tmp_path / '.p.pt.fp-partial'}" in r.stdout
+    else:
+        removed = fastpersist.clean_stale_temp_files(tmp_path, parallel_min_age=0)
+        assert [os.path.basename(p) for p in removed.removed] == [".p.pt.fp-partial"]
+    assert os.listdir(tmp_path) == []

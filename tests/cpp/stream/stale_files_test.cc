@@ -60,6 +60,16 @@ Status save(const std::string& path, std::span<const std::byte> data) {
   return w->close();
 }
 
+TEST(WriterTempName, RecognisesParallelSets) {
+  std::string target;
+  EXPECT_TRUE(is_parallel_set_name(".ckpt.pt.fp-partial", &target));
+  EXPECT_EQ(target, "ckpt.pt");
+  EXPECT_FALSE(is_parallel_set_name("..fp-partial"));
+  EXPECT_FALSE(is_parallel_set_name("ckpt.pt.fp-partial"));
+  EXPECT_FALSE(is_parallel_set_name(".ckpt.pt.fp-partial.done"));
+  EXPECT_FALSE(is_parallel_set_name(".ckpt.pt.fp-partial.lock"));
+}
+
 TEST(WriterTempName, RecognisesOnlyWriterTemporaries) {
   std::string target;
   EXPECT_TRUE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c3", &target));
@@ -126,13 +136,17 @@ TEST(StaleTempFiles, DryRunListsAndRemovesNothing) {
   die_while_writing(dir.file("a.pt"), 1 << 20);
   die_while_writing(dir.file("b.pt"), 1 << 20);
   auto before = list_dir(dir.path());
-  auto report = remove_stale_temp_files(dir.path(), "", /*dry_run=*/true);
+  StaleFileOptions dry;
+  dry.dry_run = true;
+  auto report = remove_stale_temp_files(dir.path(), dry);
   ASSERT_TRUE(report.is_ok());
   EXPECT_EQ(report->removed.size(), 2u);
   EXPECT_GT(report->removed_bytes, 0u);
   EXPECT_EQ(list_dir(dir.path()), before);
 
-  auto only_a = remove_stale_temp_files(dir.path(), "a.pt");
+  StaleFileOptions a;
+  a.target_name = "a.pt";
+  auto only_a = remove_stale_temp_files(dir.path(), a);
   ASSERT_TRUE(only_a.is_ok());
   EXPECT_EQ(only_a->removed.size(), 1u);
   EXPECT_EQ(count_temps(dir.path(), "a.pt"), 0u);
@@ -149,6 +163,7 @@ TEST(StaleTempFiles, OtherFilesAreLeftAloneAndOddOnesReported) {
   ASSERT_TRUE(report.is_ok());
   EXPECT_TRUE(report->removed.empty());
   EXPECT_EQ(report->failed.size(), 2u) << "a directory and a symlink with a temporary's name";
+  EXPECT_EQ(report->too_recent, std::vector<std::string>{dir.file(".ckpt.pt.fp-partial")});
   EXPECT_EQ(list_dir(dir.path()).size(), 4u);
 }
 
@@ -157,6 +172,67 @@ TEST(StaleTempFiles, AMissingDirectoryIsAnError) {
   auto report = remove_stale_temp_files(dir.file("nope"));
   ASSERT_FALSE(report.is_ok());
   EXPECT_NE(report.status().to_string().find("nope"), std::string::npos);
+}
+
+// Parallel writers' sets: 3 ranks, rank 2 dies mid-write (a child process), ranks 0 and 1 close
+// without waiting (commit_timeout 0), so the set can never complete and stays as
+// .p.pt.fp-partial + .done + .lock. It is kept while young or held, removed once old enough.
+TEST(StaleTempFiles, AnAbandonedParallelSetGoesOnlyWhenNoWriterHoldsItAndItIsOldEnough) {
+  TempDir dir;
+  const std::string path = dir.file("p.pt");
+  auto data = testing::random_bytes((3 << 20) + 5, 8);
+  FastFileWriterOptions o;
+  o.num_writers = 3;
+  o.stripe_bytes = 256 << 10;
+  o.io_buffer_bytes = 64 << 10;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    FastFileWriterOptions mine = o;
+    mine.writer_rank = 2;
+    auto w = FastFileWriter::open(path, mine);
+    if (!w.is_ok() || !(*w)->write(data.data(), data.size()).is_ok()) _exit(2);
+    _exit(0);  // dies without close or abort
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<std::unique_ptr<FastFileWriter>> live;
+  for (unsigned r = 0; r < 2; ++r) {
+    FastFileWriterOptions mine = o;
+    mine.writer_rank = r;
+    auto w = FastFileWriter::open(path, mine);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    ASSERT_TRUE((*w)->write(data.data(), data.size()).is_ok());
+    live.push_back(std::move(w).value());
+  }
+  const std::string partial = dir.file(".p.pt.fp-partial");
+  StaleFileOptions now;
+  now.parallel_set_min_age_seconds = 0;
+  // Ranks 0 and 1 are still open: the set is in use.
+  auto held = remove_stale_temp_files(dir.path(), now);
+  ASSERT_TRUE(held.is_ok());
+  EXPECT_EQ(held->in_use, std::vector<std::string>{partial});
+  for (auto& w : live) {
+    ASSERT_TRUE(w->close().is_ok());
+    EXPECT_FALSE(w->file_committed());
+  }
+  EXPECT_EQ(list_dir(dir.path()),
+            (std::vector<std::string>{".p.pt.fp-partial", ".p.pt.fp-partial.done", ".p.pt.fp-partial.lock"}));
+  auto young = remove_stale_temp_files(dir.path());  // default minimum age: one hour
+  ASSERT_TRUE(young.is_ok());
+  EXPECT_EQ(young->too_recent, std::vector<std::string>{partial});
+  StaleFileOptions dry = now;
+  dry.dry_run = true;
+  auto listed = remove_stale_temp_files(dir.path(), dry);
+  ASSERT_TRUE(listed.is_ok());
+  EXPECT_EQ(listed->removed, std::vector<std::string>{partial});
+  EXPECT_EQ(list_dir(dir.path()).size(), 3u);
+  auto removed = remove_stale_temp_files(dir.path(), now);
+  ASSERT_TRUE(removed.is_ok());
+  EXPECT_EQ(removed->removed, std::vector<std::string>{partial});
+  EXPECT_GT(removed->removed_bytes, 0u);
+  EXPECT_TRUE(list_dir(dir.path()).empty()) << list_dir(dir.path())[0];
 }
 
 // A remover running in a loop next to writers never costs a save: it cannot take a living
