@@ -375,6 +375,21 @@ def test_prune_keep_every_keeps_milestones(root):
     assert j["kept"] == ["step-00000200", "step-00000300"]
 
 
+def test_prune_removes_a_damaged_checkpoint_once_enough_valid_ones_are_newer(root):
+    """TAGS[0] loses its data file: with --keep-last 2 the two valid ones after it are enough
+    for it to go (intact, it would have gone too); with --keep-last 3 it stays."""
+    data = next((root / TAGS[0]).glob("tensors-*.safetensors"))
+    data.unlink()
+    j = json.loads(run_cli("prune", root, "--keep-last", "3", "--json").stdout)
+    assert j["removed"] == [] and (root / TAGS[0]).is_dir()
+    dry = run_cli("prune", root, "--keep-last", "2", "--dry-run")
+    assert dry.returncode == 0 and f"would remove {TAGS[0]}" in dry.stdout
+    assert (root / TAGS[0]).is_dir()
+    j = json.loads(run_cli("prune", root, "--keep-last", "2", "--json").stdout)
+    assert j["removed"] == [TAGS[0]] and j["kept"] == TAGS[1:]
+    assert not (root / TAGS[0]).exists()
+
+
 def test_prune_while_another_manager_holds_the_lock(root):
     mgr = fastpersist.CheckpointManager(root, durable=False)
     try:
