@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// `fastpersist clean DIR... [--dry-run] [--parallel-min-age S] [--json]`: removes the
+// `fastpersist clean DIR... [-r] [--dry-run] [--parallel-min-age S] [--json]`: removes the
 // temporaries that FastFileWriters (fastpersist.save, torch.save into a FastFileWriter) left when
 // their process died (".<name>.fp-tmp-XXXXXX"), and parallel writers' sets that no writer holds
 // and nobody wrote for S seconds (".<name>.fp-partial" + records). A temporary whose writer is
@@ -26,6 +26,7 @@ struct Args {
   bool dry_run = false;
   bool json = false;
   double parallel_min_age = 3600;
+  bool recursive = false;
 };
 
 void print_text(const std::string& dir, const StaleFileReport& r, bool dry_run) {
@@ -72,6 +73,7 @@ int run(const Args& a) {
     StaleFileOptions o;
     o.dry_run = a.dry_run;
     o.parallel_set_min_age_seconds = a.parallel_min_age;
+    o.recursive = a.recursive;
     auto report = remove_stale_temp_files(dir, o);
     if (!report.is_ok()) return fail(kCommand, report.status().to_string(), kExitFailure);
     if (!report->failed.empty()) code = kExitFailure;
@@ -98,7 +100,9 @@ Command add_clean_command(CLI::App& parent) {
       "clean",
       "Remove the temporary files of writers that died before they committed "
       "(.NAME.fp-tmp-*); files of living writers are kept");
-  app->add_option("DIR", args->dirs, "Folders to clean (not recursive)")->required();
+  app->add_option("DIR", args->dirs, "Folders to clean")->required();
+  app->add_flag("-r,--recursive", args->recursive,
+                "Also every folder below DIR (symlinks not followed, other filesystems not entered)");
   app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
   app->add_option("--parallel-min-age", args->parallel_min_age,
                   "Remove a parallel writers' set (.NAME.fp-partial) that no writer holds only "

@@ -33,6 +33,9 @@ struct StaleFileOptions {
   bool dry_run = false;     // list what would be removed, remove nothing
   bool parallel_sets = true;
   double parallel_set_min_age_seconds = 3600;
+  // Also every directory below `dir` (symlinks are not followed, other filesystems not
+  // entered); an unreadable one is listed in `failed`.
+  bool recursive = false;
 };
 
 struct StaleFileReport {
@@ -43,8 +46,8 @@ struct StaleFileReport {
   uint64_t removed_bytes = 0;
 };
 
-// Removes the temporaries of dead writers in `dir` (not recursive). Fails only when `dir`
-// cannot be read; a file that cannot be removed is listed in `failed`.
+// Removes the temporaries of dead writers in `dir` (and below it when `recursive`). Fails only
+// when `dir` cannot be read; a file that cannot be removed is listed in `failed`.
 Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options = {});
 
 // Whether `name` (a file name, no directory) is a FastFileWriter temporary, and of which target.

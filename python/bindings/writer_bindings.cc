@@ -128,10 +128,11 @@ void bind_writer(nb::module_& m) {
 
   m.def(
       "remove_stale_temp_files",
-      [](const std::string& dir, bool dry_run, double parallel_set_min_age_seconds) {
+      [](const std::string& dir, bool dry_run, double parallel_set_min_age_seconds, bool recursive) {
         StaleFileOptions o;
         o.dry_run = dry_run;
         o.parallel_set_min_age_seconds = parallel_set_min_age_seconds;
+        o.recursive = recursive;
         StaleFileReport r = unwrap(without_gil([&] { return remove_stale_temp_files(dir, o); }));
         nb::list failed;
         for (const auto& [path, why] : r.failed) failed.append(nb::make_tuple(path, why));
@@ -143,7 +144,7 @@ void bind_writer(nb::module_& m) {
         out["removed_bytes"] = r.removed_bytes;
         return out;
       },
-      "dir"_a, "dry_run"_a = false, "parallel_set_min_age_seconds"_a = 3600.0,
+      "dir"_a, "dry_run"_a = false, "parallel_set_min_age_seconds"_a = 3600.0, "recursive"_a = false,
       "Removes the temporaries of FastFileWriters whose process died (see stale_files.h).");
 }
 

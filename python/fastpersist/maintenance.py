@@ -42,14 +42,17 @@ class StaleFiles:
 
 
 def clean_stale_temp_files(folder: PathLike, *, dry_run: bool = False,
-                           parallel_min_age: float = 3600.0) -> StaleFiles:
-    """Removes the temporaries that dead ``FastFileWriter`` processes left in ``folder``.
+                           parallel_min_age: float = 3600.0, recursive: bool = False) -> StaleFiles:
+    """Removes the temporaries that dead ``FastFileWriter`` processes left in ``folder`` (and in
+    every folder below it with ``recursive``: symlinks are not followed, other filesystems not
+    entered, an unreadable folder is listed in ``failed``).
 
-    Not recursive. Raises ``FileNotFoundError`` (an ``OSError``) when the folder cannot be read.
+    Raises ``FileNotFoundError`` (an ``OSError``) when ``folder`` cannot be read.
     """
     if parallel_min_age < 0:
         raise ValueError(f"parallel_min_age must be >= 0 seconds, got {parallel_min_age}")
-    r = _core.remove_stale_temp_files(os.fspath(folder), bool(dry_run), float(parallel_min_age))
+    r = _core.remove_stale_temp_files(os.fspath(folder), bool(dry_run), float(parallel_min_age),
+                                      bool(recursive))
     return StaleFiles(removed=list(r["removed"]), in_use=list(r["in_use"]),
                       too_recent=list(r["too_recent"]),
                       failed=[(p, why) for p, why in r["failed"]],

@@ -77,13 +77,25 @@ bool is_writer_temp_name(const std::string& name, std::string* target_name) {
   return true;
 }
 
-Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options) {
+namespace {
+
+// One directory's temporaries into `report`; with `subdirs`, also collects the directories in it
+// (not symlinks, same filesystem as `device`).
+Status clean_one_dir(const std::string& dir, const StaleFileOptions& options, StaleFileReport& report,
+                     dev_t device, std::vector<std::string>* subdirs) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
   if (d == nullptr) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
+  auto path_of = [&](const std::string& name) { return (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name; };
   std::vector<std::string> temps, sets;
   errno = 0;
   while (const dirent* e = ::readdir(d.get())) {
     std::string name = e->d_name, target;
+    if (subdirs != nullptr && name != "." && name != "..") {
+      struct stat st {};
+      if (::lstat(path_of(name).c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == device) {
+        subdirs->push_back(path_of(name));
+      }
+    }
     if (is_writer_temp_name(name, &target)) {
       if (options.target_name.empty() || target == options.target_name) temps.push_back(name);
     } else if (options.parallel_sets && is_parallel_set_name(name, &target)) {
@@ -93,9 +105,6 @@ Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const St
   if (errno != 0) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
   std::sort(temps.begin(), temps.end());
   std::sort(sets.begin(), sets.end());
-  auto path_of = [&](const std::string& name) { return (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name; };
-
-  StaleFileReport report;
   for (const std::string& name : temps) {
     std::string path = path_of(name);
     uint64_t bytes = 0;
@@ -138,6 +147,28 @@ Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const St
       case stream::AbandonedSet::kGone:
         break;
     }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options) {
+  struct stat top {};
+  if (::stat(dir.c_str(), &top) != 0) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
+  StaleFileReport report;
+  std::vector<std::string> pending;
+  FP_RETURN_IF_ERROR(clean_one_dir(dir, options, report, top.st_dev, options.recursive ? &pending : nullptr));
+  std::sort(pending.begin(), pending.end());
+  std::reverse(pending.begin(), pending.end());  // a stack: visit in name order
+  while (!pending.empty()) {
+    std::string sub = std::move(pending.back());
+    pending.pop_back();
+    std::vector<std::string> found;
+    Status st = clean_one_dir(sub, options, report, top.st_dev, &found);
+    if (!st.is_ok()) report.failed.emplace_back(sub, st.message());
+    std::sort(found.rbegin(), found.rend());
+    for (std::string& f : found) pending.push_back(std::move(f));
   }
   return report;
 }

@@ -165,3 +165,19 @@ def test_clean_removes_an_abandoned_parallel_set_once_old_enough(tmp_path):
         removed = fastpersist.clean_stale_temp_files(tmp_path, parallel_min_age=0)
         assert [os.path.basename(p) for p in removed.removed] == [".p.pt.fp-partial"]
     assert os.listdir(tmp_path) == []
+
+
+def test_recursive_clean_reaches_subfolders(tmp_path):
+    sub = tmp_path / "rank1" / "ckpt"
+    sub.mkdir(parents=True)
+    dead = _kill_a_writer(sub / "model.pt")
+    assert fastpersist.clean_stale_temp_files(tmp_path).removed == [], "not recursive by default"
+    cli = find_cli()
+    if cli is not None:
+        r = subprocess.run([cli, "clean", "-r", str(tmp_path), "--dry-run"], capture_output=True,
+                           text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        assert f"would remove {sub / dead}" in r.stdout
+    report = fastpersist.clean_stale_temp_files(tmp_path, recursive=True)
+    assert report.removed == [str(sub / dead)]
+    assert os.listdir(sub) == []

@@ -167,6 +167,37 @@ TEST(StaleTempFiles, OtherFilesAreLeftAloneAndOddOnesReported) {
   EXPECT_EQ(list_dir(dir.path()).size(), 4u);
 }
 
+TEST(StaleTempFiles, RecursiveVisitsSubfoldersButNotSymlinks) {
+  TempDir dir;
+  ASSERT_EQ(mkdir(dir.file("rank0").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(dir.file("rank0/deep").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(dir.file("elsewhere").c_str(), 0755), 0);
+  die_while_writing(dir.file("top.pt"), 1 << 20);
+  die_while_writing(dir.file("rank0/a.pt"), 1 << 20);
+  die_while_writing(dir.file("rank0/deep/b.pt"), 1 << 20);
+  die_while_writing(dir.file("elsewhere/c.pt"), 1 << 20);
+  ASSERT_EQ(symlink(dir.file("elsewhere").c_str(), dir.file("rank0/link").c_str()), 0);
+
+  auto flat = remove_stale_temp_files(dir.path());
+  ASSERT_TRUE(flat.is_ok());
+  EXPECT_EQ(flat->removed.size(), 1u) << "not recursive by default";
+  StaleFileOptions r;
+  r.recursive = true;
+  r.dry_run = true;
+  auto listed = remove_stale_temp_files(dir.file("rank0"), r);
+  ASSERT_TRUE(listed.is_ok());
+  ASSERT_EQ(listed->removed.size(), 2u) << "rank0 and rank0/deep, not the symlinked folder";
+  EXPECT_EQ(listed->removed[0].rfind(dir.file("rank0/.a.pt.fp-tmp-"), 0), 0u) << listed->removed[0];
+  EXPECT_EQ(listed->removed[1].rfind(dir.file("rank0/deep/.b.pt.fp-tmp-"), 0), 0u) << listed->removed[1];
+  r.dry_run = false;
+  auto all = remove_stale_temp_files(dir.path(), r);
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(all->removed.size(), 3u);
+  EXPECT_EQ(count_temps(dir.file("rank0")) + count_temps(dir.file("rank0/deep")) +
+                count_temps(dir.file("elsewhere")),
+            0u);
+}
+
 TEST(StaleTempFiles, AMissingDirectoryIsAnError) {
   TempDir dir;
   auto report = remove_stale_temp_files(dir.file("nope"));
