@@ -114,11 +114,7 @@ int run(const Args& a) {
     if (!note.empty()) note = "a real prune would fail now: " + note;
     auto scan = checkpoint::scan_root(a.root);
     if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
-    std::vector<std::string> removed =
-        checkpoint::select_for_removal(scan->committed, keep_last, a.keep_every);
-    for (std::string& tag : checkpoint::select_damaged_for_removal(*scan, keep_last, a.keep_every)) {
-      removed.push_back(std::move(tag));
-    }
+    std::vector<std::string> removed = checkpoint::select_all_for_removal(*scan, keep_last, a.keep_every);
     std::set<std::string> gone(removed.begin(), removed.end());
     std::vector<std::string> kept;
     for (const CheckpointInfo& c : scan->committed) {

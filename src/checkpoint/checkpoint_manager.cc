@@ -107,12 +107,8 @@ struct CheckpointManager::Impl {
                                              std::optional<int64_t> keep_every,
                                              const std::string& keep_tag) {
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
-    std::vector<std::string> selected = checkpoint::select_for_removal(scan.committed, keep_last, keep_every);
-    for (std::string& tag : checkpoint::select_damaged_for_removal(scan, keep_last, keep_every)) {
-      selected.push_back(std::move(tag));
-    }
     std::vector<std::string> removed;
-    for (const std::string& tag : selected) {
+    for (const std::string& tag : checkpoint::select_all_for_removal(scan, keep_last, keep_every)) {
       if (tag == keep_tag) continue;
       {
         std::lock_guard l(mu);

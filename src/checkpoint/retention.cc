@@ -43,4 +43,11 @@ std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::o
   return remove;
 }
 
+std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+                                                std::optional<int64_t> keep_every) {
+  std::vector<std::string> all = select_for_removal(scan.committed, keep_last, keep_every);
+  for (std::string& tag : select_damaged_for_removal(scan, keep_last, keep_every)) all.push_back(std::move(tag));
+  return all;
+}
+
 }  // namespace fastpersist::checkpoint

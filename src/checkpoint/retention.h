@@ -32,4 +32,8 @@ std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& c
 std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
                                                     std::optional<int64_t> keep_every);
 
+// Everything the policy removes from a root: committed tags (oldest first), then damaged ones.
+std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+                                                std::optional<int64_t> keep_every);
+
 }  // namespace fastpersist::checkpoint

@@ -239,7 +239,7 @@ Result<UniqueFd> open_shared_partial(const std::string& target, std::string* par
   if (base.empty() || base == "." || base == "..") {
     return Status(StatusCode::kInvalidArgument, "not a file path").with_path(target);
   }
-  *partial_path = dir_of(target) + "/." + base + ".fp-partial";
+  *partial_path = dir_of(target) + "/." + base + std::string(kPartialSuffix);
   FP_ASSIGN_OR_RETURN(WritersLock lock, WritersLock::acquire(*partial_path));
   // No O_TRUNC: other writers may already have written their stripes.
   UniqueFd fd(::open(partial_path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));

@@ -15,12 +15,14 @@
 
 #include "common/unique_fd.h"
 #include "stream/parallel_commit.h"
+#include "stream/writer_files.h"
 
 namespace fastpersist {
 namespace {
 
-constexpr const char kTempMarker[] = ".fp-tmp-";
-constexpr size_t kTempSuffixLength = 6;  // mkostemp's XXXXXX
+using stream::kPartialSuffix;
+using stream::kTempInfix;
+using stream::kTempRandomChars;
 
 enum class Verdict { kRemoved, kInUse, kGone, kFailed };
 
@@ -59,21 +61,20 @@ Verdict remove_if_dead(const std::string& path, bool dry_run, uint64_t* bytes, s
 }  // namespace
 
 bool is_parallel_set_name(const std::string& name, std::string* target_name) {
-  const std::string suffix = ".fp-partial";
-  if (name.size() < 2 + suffix.size() || name[0] != '.' ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+  const size_t n = kPartialSuffix.size();
+  if (name.size() < 2 + n || name[0] != '.' || name.compare(name.size() - n, n, kPartialSuffix) != 0) {
     return false;
   }
-  if (target_name != nullptr) *target_name = name.substr(1, name.size() - 1 - suffix.size());
+  if (target_name != nullptr) *target_name = name.substr(1, name.size() - 1 - n);
   return true;
 }
 
 bool is_writer_temp_name(const std::string& name, std::string* target_name) {
-  const size_t marker_length = sizeof(kTempMarker) - 1;
-  if (name.size() < 1 + marker_length + kTempSuffixLength || name[0] != '.') return false;
-  size_t marker = name.size() - kTempSuffixLength - marker_length;
-  if (name.compare(marker, marker_length, kTempMarker) != 0 || marker < 2) return false;
-  if (target_name != nullptr) *target_name = name.substr(1, marker - 1);
+  const size_t n = kTempInfix.size();
+  if (name.size() < 1 + n + kTempRandomChars || name[0] != '.') return false;
+  size_t infix = name.size() - kTempRandomChars - n;
+  if (name.compare(infix, n, kTempInfix) != 0 || infix < 2) return false;
+  if (target_name != nullptr) *target_name = name.substr(1, infix - 1);
   return true;
 }
 

@@ -36,7 +36,7 @@ Result<UniqueFd> create_temp_beside(const std::string& target, std::string* temp
   // before we do and delete it; then we simply make another one. Each round needs a remover to
   // win that race again, so a handful of rounds is plenty.
   for (int attempt = 0; attempt < 16; ++attempt) {
-    std::string templ = dir_of(target) + "/." + base + ".fp-tmp-XXXXXX";
+    std::string templ = dir_of(target) + "/." + base + std::string(kTempInfix) + std::string(kTempRandomChars, 'X');
     UniqueFd fd(::mkostemp(templ.data(), O_CLOEXEC));
     if (!fd.valid()) {
       return Status::from_errno(errno, "cannot create a temporary file next to the target").with_path(target);

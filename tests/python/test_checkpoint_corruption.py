@@ -21,6 +21,7 @@ import torch
 import fastpersist
 from fastpersist import CheckpointCorruptError
 from fastpersist.checkpoint_state import flatten_state
+from _checkpoint_models import assert_state_equal
 
 TAG1, TAG2 = "step-00000001", "step-00000002"
 DATA = "tensors-00000-of-00001.safetensors"
@@ -41,25 +42,6 @@ def make_state(step: int) -> Dict[str, Any]:
         "step": step,
         "note": f"step {step}",
     }
-
-
-def assert_state_equal(actual: Any, expected: Any, path: str = "state") -> None:
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, torch.Tensor), path
-        assert actual.dtype == expected.dtype and actual.shape == expected.shape, path
-        assert torch.equal(actual, expected), f"{path}: values differ"
-        return
-    assert type(actual) is type(expected), path
-    if isinstance(expected, dict):
-        assert list(actual) == list(expected), path
-        for k in expected:
-            assert_state_equal(actual[k], expected[k], f"{path}[{k!r}]")
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), path
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_state_equal(a, e, f"{path}[{i}]")
-    else:
-        assert actual == expected, path
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ import torch
 
 import fastpersist
 import _checkpoint_crash_child as child
+from _checkpoint_models import assert_state_equal
 
 CHILD_SCRIPT = str(Path(child.__file__).resolve())
 SEED = int(os.environ.get("FASTPERSIST_CRASH_SEED", "20240917"))
@@ -46,27 +47,6 @@ MAX_KILL_DELAY_S = 0.3
 def _step_of(tag: str) -> int:
     assert tag.startswith("step-"), tag
     return int(tag[len("step-"):])
-
-
-def assert_state_equal(actual: Any, expected: Any, path: str = "state") -> None:
-    """Deep equality of a loaded state with the expected one (tensors by dtype/shape/values)."""
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, torch.Tensor), f"{path}: {type(actual).__name__}, not a tensor"
-        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
-        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} != {expected.shape}"
-        assert torch.equal(actual, expected), f"{path}: values differ (torn or stale data)"
-        return
-    assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
-    if isinstance(expected, dict):
-        assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
-        for k in expected:
-            assert_state_equal(actual[k], expected[k], f"{path}[{k!r}]")
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_state_equal(a, e, f"{path}[{i}]")
-    else:
-        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
 
 class LineReader:
