@@ -86,4 +86,9 @@ struct CudaRuntimeInfo {
 };
 CudaRuntimeInfo cuda_runtime_info();
 
+// OK when checkpoint snapshots can copy tensors from the memory of CUDA device `device`
+// (TensorSource::device): the runtime is loaded, the device can be selected and a copy stream
+// created on this thread. Otherwise the reason.
+Status cuda_device_copy_ready(int device);
+
 }  // namespace fastpersist

@@ -25,8 +25,9 @@
 namespace fastpersist::python {
 namespace {
 
-// (name, dtype, shape, address, nbytes) as the façade sends it.
-using TensorTuple = std::tuple<std::string, std::string, std::vector<uint64_t>, uintptr_t, uint64_t>;
+// (name, dtype, shape, address, nbytes, device) as the façade sends it; device -1 is host memory,
+// N >= 0 the memory of CUDA device N.
+using TensorTuple = std::tuple<std::string, std::string, std::vector<uint64_t>, uintptr_t, uint64_t, int>;
 
 nb::dict info_dict(const CheckpointInfo& c) {
   nb::dict d;
@@ -58,8 +59,8 @@ class PyCheckpointManager {
                          const std::map<std::string, std::string>& versions) {
     CheckpointContent c;
     c.tensors.reserve(tensors.size());
-    for (const auto& [name, dtype, shape, address, nbytes] : tensors) {
-      c.tensors.push_back({name, dtype, shape, reinterpret_cast<const std::byte*>(address), nbytes});
+    for (const auto& [name, dtype, shape, address, nbytes, device] : tensors) {
+      c.tensors.push_back({name, dtype, shape, reinterpret_cast<const std::byte*>(address), nbytes, device});
     }
     c.aliases = aliases;
     c.objects.assign(objects.c_str(), objects.size());

@@ -101,6 +101,15 @@ void bind_options(nb::module_& m) {
       .def_ro("library", &CudaRuntimeInfo::library)
       .def_ro("reason", &CudaRuntimeInfo::reason);
   m.def("cuda_runtime_info", [] { return without_gil([] { return cuda_runtime_info(); }); });
+  m.def(
+      "cuda_device_copy_status",
+      [](int device) {
+        Status st = without_gil([&] { return cuda_device_copy_ready(device); });
+        return st.is_ok() ? std::string() : st.to_string();
+      },
+      "device"_a,
+      "'' when checkpoint snapshots can copy from CUDA device `device` (in C++, into pinned "
+      "staging); otherwise why not.");
 }
 
 }  // namespace fastpersist::python

@@ -71,15 +71,42 @@ class CheckpointInfo:
     num_tensors: int
 
 
-def _source_tensor(name: str, t: torch.Tensor) -> torch.Tensor:
-    """The CPU, C-contiguous tensor whose memory the background snapshot copies."""
-    if t.device.type != "cpu":
-        # GPU tensors: one device-to-host copy on the caller's thread (pinned staging of GPU
-        # memory is not implemented yet; see docs/checkpoint.md).
-        t = t.detach().to("cpu")
+_NO_DEVICE = -1
+_device_copy_ready: Dict[int, bool] = {}
+
+
+def _snapshot_from_device(index: int) -> bool:
+    """Whether the C++ snapshot can copy from CUDA device ``index`` (asked once per device)."""
+    if index not in _device_copy_ready:
+        why = _core.cuda_device_copy_status(index)
+        _device_copy_ready[index] = not why
+        if why:
+            warnings.warn(f"fastpersist: GPU tensors of cuda:{index} are copied to the host on the "
+                          f"caller's thread, because the snapshot cannot copy them itself: {why}",
+                          RuntimeWarning, stacklevel=4)
+    return _device_copy_ready[index]
+
+
+def _source_tensor(t: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    """The C-contiguous tensor whose memory the background snapshot copies, and its device.
+
+    CUDA tensors stay on the GPU: the snapshot copies them into pinned staging (device -> host
+    DMA in the background, on its own stream). Other devices, or a CUDA runtime fastpersist
+    cannot load, fall back to one copy to host memory on the caller's thread.
+    """
+    t = t.detach()
+    device = _NO_DEVICE
+    if t.device.type == "cuda":
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        if _snapshot_from_device(index):
+            device = index
+        else:
+            t = t.to("cpu")
+    elif t.device.type != "cpu":
+        t = t.to("cpu")
     if not t.is_contiguous():
         t = t.contiguous()
-    return t.detach()
+    return t, device
 
 
 class SaveHandle:
@@ -254,13 +281,20 @@ class CheckpointManager:
             raise TypeError("metadata must be a dict of JSON-serializable values")
         flat = flatten_state(state)
         keepalive: List[torch.Tensor] = []
-        tensors: List[Tuple[str, str, List[int], int, int]] = []
+        tensors: List[Tuple[str, str, List[int], int, int, int]] = []
+        devices: "set[int]" = set()
         for name, t in flat.tensors:
-            src = _source_tensor(name, t)
+            src, device = _source_tensor(t)
             keepalive.append(src)
             nbytes = src.numel() * src.element_size()
+            if nbytes and device != _NO_DEVICE:
+                devices.add(device)
             tensors.append((name, DTYPE_TO_SAFETENSORS[src.dtype], list(src.shape),
-                            src.data_ptr() if nbytes else 0, nbytes))
+                            src.data_ptr() if nbytes else 0, nbytes, device if nbytes else _NO_DEVICE))
+        for device in devices:
+            # The snapshot copies on its own stream: everything queued so far that writes these
+            # tensors (the step that produced them, .contiguous() above) must be finished first.
+            torch.cuda.current_stream(device).synchronize()
         versions = {"torch": torch.__version__, "python": platform.python_version()}
         self._forget_finished()
         pending = self._core_manager().save_async(tag, tensors, flat.aliases, flat.objects, step,
@@ -369,13 +403,19 @@ class CheckpointManager:
     def resume(self, **load_args: Any) -> Tuple[Optional[str], Any]:
         """Loads the newest checkpoint that verifies: ``(tag, state)``, or ``(None, None)``.
 
-        Damaged checkpoints are skipped with a warning naming the damage.
+        Damaged checkpoints are skipped with a warning naming the damage: those that fail the
+        listing's checks (a missing or truncated file, a manifest that does not decode), then,
+        newest first, those whose bytes do not match their checksums.
         """
-        for info in reversed(self.checkpoints()):
+        infos, damaged = _core.list_checkpoints(self._root)
+        for entry in damaged:
+            warnings.warn(f"fastpersist: skipping damaged checkpoint {entry}", stacklevel=2)
+        for info in reversed([CheckpointInfo(**i) for i in infos]):
             try:
                 return info.tag, self.load(info.tag, **{"verify": True, **load_args})
             except CheckpointCorruptError as e:
-                warnings.warn(f"fastpersist: skipping damaged checkpoint {info.tag}: {e}")
+                warnings.warn(f"fastpersist: skipping damaged checkpoint {info.tag}: {e}",
+                              stacklevel=2)
         return None, None
 
     def verify(self, tag: Union[int, str] = "latest",

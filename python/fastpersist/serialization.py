@@ -35,7 +35,7 @@ def _torch() -> Any:
 
 
 @contextlib.contextmanager
-def _fast_save_settings(align: bool, crc32: bool) -> Iterator[None]:
+def _fast_save_settings(align: bool, crc32: bool, pinned_d2h: bool = True) -> Iterator[None]:
     """Temporarily sets torch's serialization config (global state: restored on exit)."""
     torch = _torch()
     try:
@@ -51,6 +51,9 @@ def _fast_save_settings(align: bool, crc32: bool) -> Iterator[None]:
             if hasattr(config.save, "compute_crc32"):
                 saved["compute_crc32"] = config.save.compute_crc32
                 config.save.compute_crc32 = crc32
+            if pinned_d2h and hasattr(config.save, "use_pinned_memory_for_d2h"):
+                saved["use_pinned_memory_for_d2h"] = config.save.use_pinned_memory_for_d2h
+                config.save.use_pinned_memory_for_d2h = True
         elif hasattr(torch.serialization, "set_crc32_options"):  # torch 2.6
             saved["crc32_fn"] = torch.serialization.get_crc32_options()
             torch.serialization.set_crc32_options(crc32)
@@ -71,6 +74,7 @@ def save(
     compute_crc32: bool = False,
     use_legacy_format: bool = False,
     pickle_protocol: int = 2,
+    pinned_d2h: bool = True,
     **writer_options: Any,
 ) -> Dict[str, Any]:
     """Saves ``obj`` like ``torch.save(obj, path)``, durably and at storage speed.
@@ -82,6 +86,12 @@ def save(
         align_storages: 4096-byte storage alignment in the file (torch >= 2.7).
         compute_crc32: keep torch's CRC32 pass (off by default: torch.load never checks it).
         use_legacy_format: ``_use_new_zipfile_serialization=False``.
+        pinned_d2h: GPU storages are copied to the host through page-locked memory (torch's
+            ``use_pinned_memory_for_d2h``, torch >= 2.7; in the zip format). That copy is a DMA
+            at full PCIe speed instead of a staged pageable one, and the page-aligned result,
+            at a 4096-aligned file offset, is written straight to the file with O_DIRECT
+            (``zero_copy_bytes`` in the statistics) without passing through the writer's
+            buffer. CPU tensors are not affected.
         writer_options: passed to :class:`FastFileWriter` (io_buffer_mb, single_io_buffer,
             durable, backend, block_size, queue_depth, intra_op_parallelism, ...; for parallel
             writers num_parallel_writers, writer_rank, stripe_mb and commit_timeout).
@@ -93,7 +103,7 @@ def save(
         completed the set or, with ``commit_timeout``, saw another writer complete it).
     """
     torch = _torch()
-    with _fast_save_settings(align_storages and not use_legacy_format, compute_crc32):
+    with _fast_save_settings(align_storages and not use_legacy_format, compute_crc32, pinned_d2h):
         with FastFileWriter(path, **writer_options) as f:
             torch.save(obj, f, pickle_protocol=pickle_protocol,
                        _use_new_zipfile_serialization=not use_legacy_format)

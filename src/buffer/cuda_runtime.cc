@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 namespace fastpersist::buffer {
 namespace {
@@ -17,19 +18,33 @@ CudaRuntime load() {
     return rt;
   }
   // Newest first; an already-loaded copy (e.g. PyTorch's) is found by its soname.
-  for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}) {
+  for (const char* name :
+       {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}) {
     void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) continue;
-    auto reg = reinterpret_cast<int (*)(void*, size_t, unsigned)>(::dlsym(lib, "cudaHostRegister"));
-    auto unreg = reinterpret_cast<int (*)(void*)>(::dlsym(lib, "cudaHostUnregister"));
-    if (reg == nullptr || unreg == nullptr) {
+    auto sym = [lib](const char* symbol) { return ::dlsym(lib, symbol); };
+    CudaRuntime found;
+    found.host_register =
+        reinterpret_cast<int (*)(void*, size_t, unsigned)>(sym("cudaHostRegister"));
+    found.host_unregister = reinterpret_cast<int (*)(void*)>(sym("cudaHostUnregister"));
+    found.set_device = reinterpret_cast<int (*)(int)>(sym("cudaSetDevice"));
+    found.stream_create_with_flags =
+        reinterpret_cast<int (*)(CudaStream*, unsigned)>(sym("cudaStreamCreateWithFlags"));
+    found.stream_destroy = reinterpret_cast<int (*)(CudaStream)>(sym("cudaStreamDestroy"));
+    found.memcpy_async = reinterpret_cast<int (*)(void*, const void*, size_t, int, CudaStream)>(
+        sym("cudaMemcpyAsync"));
+    found.stream_synchronize = reinterpret_cast<int (*)(CudaStream)>(sym("cudaStreamSynchronize"));
+    found.get_error_string = reinterpret_cast<const char* (*)(int)>(sym("cudaGetErrorString"));
+    if (found.host_register == nullptr || found.host_unregister == nullptr ||
+        found.set_device == nullptr || found.stream_create_with_flags == nullptr ||
+        found.stream_destroy == nullptr || found.memcpy_async == nullptr ||
+        found.stream_synchronize == nullptr || found.get_error_string == nullptr) {
       ::dlclose(lib);
       continue;
     }
+    rt = std::move(found);
     rt.available = true;
     rt.library = name;
-    rt.host_register = reg;
-    rt.host_unregister = unreg;
     return rt;  // the library stays loaded for the life of the process
   }
   rt.reason = "libcudart not found by dlopen (no CUDA runtime installed or not on the loader path)";

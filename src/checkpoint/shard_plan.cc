@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <string>
 #include <unordered_set>
+
+#include "buffer/cuda_runtime.h"
 
 namespace fastpersist::checkpoint {
 
@@ -33,6 +36,13 @@ Status check_tensor(const TensorSource& t) {
     return fail("nbytes " + std::to_string(t.nbytes) + " does not match shape x dtype size");
   }
   if (t.nbytes > 0 && t.data == nullptr) return fail("no data");
+  if (t.device < -1) return fail("invalid device " + std::to_string(t.device));
+  if (t.device >= 0 && !buffer::cuda_runtime().available) {
+    return Status(StatusCode::kUnavailable, "tensor '" + t.name + "' is in the memory of CUDA device " +
+                                                std::to_string(t.device) +
+                                                ", but the CUDA runtime is not available: " +
+                                                buffer::cuda_runtime().reason);
+  }
   return Status::ok();
 }
 

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <string>
 
+#include "buffer/device_copy.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 
@@ -37,29 +39,53 @@ class SourceCursor {
     advance_empty();
   }
 
-  // Copies up to `n` bytes into `dst`; returns how many.
-  size_t copy(std::byte* dst, size_t n) {
+  // Copies up to `n` bytes into `dst`; `*copied` says how many. Host memory is copied in
+  // kCopyChunk pieces, each hashed right away while it is in cache. Device memory goes in one
+  // DMA per tensor and window (one synchronization each), then is hashed from the window.
+  Status copy(std::byte* dst, size_t n, size_t* copied) {
     size_t done = 0;
+    Status st;
     while (done < n && !finished()) {
       const std::byte* src = piece_data();
       size_t left = piece_size() - pos_;
-      size_t take = std::min({left, n - done, kCopyChunk});
-      std::memcpy(dst + done, src + pos_, take);
-      if (piece_ >= 0 && checksums_) {
-        auto t0 = std::chrono::steady_clock::now();
-        stream_.update(dst + done, take);
-        sums_->checksum_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      size_t take = 0;
+      if (int device = piece_device(); device >= 0) {
+        take = std::min(left, n - done);
+        st = buffer::copy_from_device(dst + done, src + pos_, take, device);
+        if (!st.is_ok()) {
+          st = Status(st.code(), "snapshot of tensor '" + piece_name() + "': " + st.message());
+          break;
+        }
+      } else {
+        take = std::min({left, n - done, kCopyChunk});
+        std::memcpy(dst + done, src + pos_, take);
       }
+      if (piece_ >= 0 && checksums_) hash(dst + done, take);
       pos_ += take;
       done += take;
       if (pos_ == piece_size()) next_piece();
     }
-    return done;
+    *copied = done;
+    return st;
   }
   bool finished() const { return piece_ >= static_cast<long>(file_.tensors.size()); }
 
  private:
+  void hash(const std::byte* p, size_t bytes) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t off = 0; off < bytes; off += kCopyChunk) {
+      stream_.update(p + off, std::min(kCopyChunk, bytes - off));
+    }
+    sums_->checksum_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const TensorSource* piece_source() const {
+    return piece_ < 0 ? nullptr : &sources_[file_.tensors[static_cast<size_t>(piece_)]];
+  }
+  int piece_device() const { return piece_ < 0 ? -1 : piece_source()->device; }
+  std::string piece_name() const {
+    return piece_ < 0 ? std::string("(header)") : piece_source()->name;
+  }
   const std::byte* piece_data() const {
     if (piece_ < 0) return reinterpret_cast<const std::byte*>(file_.header.data());
     return sources_[file_.tensors[static_cast<size_t>(piece_)]].data;
@@ -155,10 +181,14 @@ Status write_shard(const ShardWriteArgs& a, ShardChecksums* out) {
     }
     std::unique_ptr<PinnedBuffer> w = std::move(window).value();
     size_t n = static_cast<size_t>(std::min<uint64_t>(a.pool->window_bytes(), file.size - file_pos));
-    size_t copied = cursor.copy(w->data(), n);
-    if (copied != n) {
+    size_t copied = 0;
+    Status copy_status = cursor.copy(w->data(), n, &copied);
+    if (!copy_status.is_ok() || copied != n) {
       a.pool->release(std::move(w));
-      first = Status(StatusCode::kInternal, "planned file size does not match its tensors").with_path(a.path);
+      first = !copy_status.is_ok()
+                  ? std::move(copy_status)
+                  : Status(StatusCode::kInternal, "planned file size does not match its tensors");
+      first.with_path(a.path);
       break;
     }
     if (cursor.finished() && !snapshot_signalled) {

@@ -41,7 +41,8 @@ def mixed_object() -> Any:
 def _serialization_config():
     from torch.utils.serialization import config
 
-    return config.save.storage_alignment, config.save.compute_crc32
+    return (config.save.storage_alignment, config.save.compute_crc32,
+            config.save.use_pinned_memory_for_d2h)
 
 
 # ---------------------------------------------------------------------------- save
@@ -94,6 +95,30 @@ def test_settings_are_restored_when_save_raises(tmp_path):
         fastpersist.save({"x": Boom()}, tmp_path / "x.pt")
     assert _serialization_config() == before
     assert os.listdir(tmp_path) == []
+
+
+class _ConfigProbe:
+    """Records torch's D2H setting at the moment torch.save pickles it."""
+
+    seen = []
+
+    def __reduce__(self):
+        from torch.utils.serialization import config
+
+        _ConfigProbe.seen.append(config.save.use_pinned_memory_for_d2h)
+        return (_ConfigProbe, ())
+
+
+@pytest.mark.parametrize("pinned_d2h", [True, False])
+def test_gpu_storages_are_copied_through_pinned_memory(tmp_path, pinned_d2h):
+    # torch copies each GPU storage to the host inside torch.save, after pickling: the setting
+    # that makes that copy a pinned DMA must be on while torch.save runs (and only then).
+    _ConfigProbe.seen.clear()
+    before = _serialization_config()
+    fastpersist.save({"probe": _ConfigProbe(), "t": torch.arange(4)}, tmp_path / "p.pt",
+                     pinned_d2h=pinned_d2h)
+    assert _ConfigProbe.seen == [pinned_d2h]
+    assert _serialization_config() == before
 
 
 def test_pickle_protocol_is_passed_to_torch(tmp_path):
@@ -235,6 +260,17 @@ def test_gpu_tensors_round_trip(tmp_path):  # pragma: no cover - needs a GPU
     assert torch.equal(loaded["gpu"].cpu(), obj["gpu"].cpu())
     on_cpu = fastpersist.load(tmp_path / "g.pt", map_location="cpu")
     assert on_cpu["gpu"].device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() "
+                    "is False)")
+def test_gpu_state_is_written_zero_copy_from_pinned_memory(tmp_path):  # pragma: no cover
+    # Pinned host copies are page-aligned and storages sit at 4096-aligned offsets: the
+    # writer sends them to O_DIRECT directly. Bytes equal torch.save's of the same object.
+    obj = {"w": torch.randn(1 << 20, device="cuda"), "b": torch.randn(3, 5, device="cuda")}
+    stats = fastpersist.save(obj, tmp_path / "g.pt")
+    assert stats["zero_copy_bytes"] >= 4 << 20, stats
+    assert_equal_objects(torch.load(tmp_path / "g.pt"), obj)
 
 
 def test_cuda_map_location_without_cuda_is_a_clear_error(tmp_path):

@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/pinned_buffer.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -97,6 +98,34 @@ TEST_F(ContentValidationTest, MissingData) {
   CheckpointContent c = state_.content();
   c.tensors[0].data = nullptr;
   expect_refused(c, "'w'");
+}
+
+TEST_F(ContentValidationTest, InvalidDevice) {
+  CheckpointContent c = state_.content();
+  c.tensors[1].device = -2;
+  expect_refused(c, "'b'");
+}
+
+// A tensor in GPU memory needs a working CUDA runtime. Without one the save is refused at once;
+// with a runtime but no usable device (this CI image: libcudart, no driver) the snapshot fails
+// with CUDA's own reason. Either way the error names the tensor and nothing is committed or left
+// behind. (With a GPU the snapshot copies device memory; tests/python/test_gpu_snapshot.py.)
+TEST_F(ContentValidationTest, DeviceMemoryNeedsAWorkingCudaRuntime) {
+  if (cuda_device_copy_ready(0).is_ok()) GTEST_SKIP() << "CUDA device 0 is usable here";
+  CheckpointContent c = state_.content();
+  c.tensors[0].device = 0;
+  auto r = mgr_->save_async("t", c);
+  Status st = r.is_ok() ? r->wait() : r.status();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("'w'"), std::string::npos) << st.to_string();
+  if (!cuda_runtime_info().available) {
+    EXPECT_FALSE(r.is_ok()) << "refused before anything is queued";
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+    EXPECT_NE(st.message().find("CUDA runtime is not available"), std::string::npos) << st.to_string();
+  } else {
+    EXPECT_NE(st.message().find("CUDA device 0"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("cudaError"), std::string::npos) << st.to_string();
+  }
 }
 
 TEST_F(ContentValidationTest, Aliases) {

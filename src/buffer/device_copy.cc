@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "buffer/device_copy.h"
+
+#include <string>
+#include <vector>
+
+#include "buffer/cuda_runtime.h"
+#include "fastpersist/pinned_buffer.h"
+
+namespace fastpersist::buffer {
+namespace {
+
+// kUnavailable when the device cannot be used at all, kIoError when a copy failed.
+Status cuda_error(StatusCode kind, int code, const std::string& what, int device) {
+  const CudaRuntime& rt = cuda_runtime();
+  const char* text = rt.get_error_string != nullptr ? rt.get_error_string(code) : nullptr;
+  return Status(kind, what + " (CUDA device " + std::to_string(device) +
+                          "): " + (text != nullptr ? text : "CUDA error") + " [cudaError " +
+                          std::to_string(code) + "]");
+}
+
+// This thread's copy streams, one per device, destroyed when the thread ends.
+class ThreadStreams {
+ public:
+  ThreadStreams() = default;
+  ThreadStreams(const ThreadStreams&) = delete;
+  ThreadStreams& operator=(const ThreadStreams&) = delete;
+  ~ThreadStreams() {
+    const CudaRuntime& rt = cuda_runtime();
+    if (!rt.available) return;
+    for (size_t d = 0; d < streams_.size(); ++d) {
+      // At process exit the runtime may already be shut down; its error code is harmless here.
+      if (streams_[d] != nullptr && rt.set_device(static_cast<int>(d)) == kCudaSuccess) {
+        rt.stream_destroy(streams_[d]);
+      }
+    }
+  }
+
+  // Selects `device` on this thread and returns its stream, creating it the first time.
+  Status stream_for(int device, CudaStream* out) {
+    if (device < 0) {
+      return Status(StatusCode::kInvalidArgument, "invalid CUDA device " + std::to_string(device));
+    }
+    const CudaRuntime& rt = cuda_runtime();
+    if (!rt.available) {
+      return Status(
+          StatusCode::kUnavailable,
+          "GPU memory cannot be copied: the CUDA runtime is not available (" + rt.reason + ")");
+    }
+    if (int rc = rt.set_device(device); rc != kCudaSuccess)
+      return cuda_error(StatusCode::kUnavailable, rc, "cudaSetDevice failed", device);
+    if (static_cast<size_t>(device) >= streams_.size())
+      streams_.resize(static_cast<size_t>(device) + 1, nullptr);
+    CudaStream& s = streams_[static_cast<size_t>(device)];
+    if (s == nullptr) {
+      if (int rc = rt.stream_create_with_flags(&s, kCudaStreamNonBlocking); rc != kCudaSuccess) {
+        s = nullptr;
+        return cuda_error(StatusCode::kUnavailable, rc,
+                          "cannot create a CUDA stream for device-to-host copies", device);
+      }
+    }
+    *out = s;
+    return Status::ok();
+  }
+
+ private:
+  std::vector<CudaStream> streams_;
+};
+
+ThreadStreams& thread_streams() {
+  thread_local ThreadStreams streams;
+  return streams;
+}
+
+}  // namespace
+
+Status device_copy_ready(int device) {
+  CudaStream stream = nullptr;
+  return thread_streams().stream_for(device, &stream);
+}
+
+Status copy_from_device(void* dst, const void* src, size_t bytes, int device) {
+  if (bytes == 0) return Status::ok();
+  CudaStream stream = nullptr;
+  Status st = thread_streams().stream_for(device, &stream);
+  if (!st.is_ok()) return st;
+  const CudaRuntime& rt = cuda_runtime();
+  if (int rc = rt.memcpy_async(dst, src, bytes, kCudaMemcpyDeviceToHost, stream);
+      rc != kCudaSuccess) {
+    return cuda_error(StatusCode::kIoError, rc,
+                      "device-to-host copy of " + std::to_string(bytes) + " bytes failed to start",
+                      device);
+  }
+  if (int rc = rt.stream_synchronize(stream); rc != kCudaSuccess) {
+    return cuda_error(StatusCode::kIoError, rc,
+                      "device-to-host copy of " + std::to_string(bytes) + " bytes failed", device);
+  }
+  return Status::ok();
+}
+
+}  // namespace fastpersist::buffer
+
+namespace fastpersist {
+
+Status cuda_device_copy_ready(int device) { return buffer::device_copy_ready(device); }
+
+}  // namespace fastpersist

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copies from CUDA device memory into host memory with the run-time-loaded CUDA runtime: one
+// non-blocking stream per (thread, device), so a copy neither waits for nor holds up the work
+// the training loop queued on the device's default stream. The caller makes sure the device
+// memory is ready (the Python façade synchronizes the tensors' current streams first) and stays
+// valid until the copy returns.
+#pragma once
+
+#include <cstddef>
+
+#include "fastpersist/status.h"
+
+namespace fastpersist::buffer {
+
+// OK when device-to-host copies from `device` can run in this process (the runtime loaded, the
+// device selectable, a stream created); otherwise the reason, ready for an error message.
+Status device_copy_ready(int device);
+
+// Copies `bytes` from `src` (memory of CUDA device `device`) to `dst` (host memory; pinned or
+// registered memory makes it a DMA at full speed) and waits until the bytes are there.
+Status copy_from_device(void* dst, const void* src, size_t bytes, int device);
+
+}  // namespace fastpersist::buffer
