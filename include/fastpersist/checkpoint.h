@@ -20,7 +20,8 @@
 // after 4 the checkpoint is complete. latest_checkpoint() is the newest complete one by commit
 // order; the `latest` file (for other tools) may lag after a crash until the next manager opens
 // the root and repairs it. A save that fails after step 4 undoes it, so an error always means
-// "not committed".
+// "not committed". A failure in step 6 does not fail the save: PendingSave::retention_status()
+// reports it, and the next save's retention retries.
 //
 // Saving is asynchronous inside: save_async() returns once the request is queued; a background
 // thread snapshots the tensors into pinned staging memory (reusable across saves, bounded by
@@ -75,7 +76,8 @@ struct CheckpointOptions {
   EngineOptions engine;                 // the I/O engine of the manager
   // Pinned staging memory for snapshots, all saves together; 0 = as much as one checkpoint
   // needs (the snapshot then finishes at memory speed, before the writes). A smaller budget
-  // streams: the snapshot of a piece waits until an earlier piece is written.
+  // streams: the snapshot of a piece waits until an earlier piece is written. A budget below
+  // one window lowers the window to it (4096 at least): the budget is never exceeded.
   size_t staging_budget_bytes = 0;
   size_t staging_window_bytes = size_t{64} << 20;  // unit of staging and of one write
   bool lock_staging_memory = true;      // mlock (pinned) staging; false: plain aligned memory
@@ -109,6 +111,10 @@ class PendingSave {
   uint64_t bytes() const;  // bytes written (all files)
   // CPU seconds spent computing checksums (all files together; they overlap the writes).
   double checksum_seconds() const;
+  // After a committed save with retention (keep_last): OK, or why removing older checkpoints
+  // failed. That does not fail the save (the checkpoint is committed and wait() returns OK);
+  // retention runs again after the next save.
+  Status retention_status() const;
 
  private:
   std::shared_ptr<State> state_;
@@ -149,8 +155,12 @@ class CheckpointManager {
   Status close();
 
   const std::string& root() const;
+  // The options in force: as given, except staging_window_bytes, which a smaller nonzero
+  // staging_budget_bytes lowers to the budget (rounded down to 4096).
   const CheckpointOptions& options() const;
   IoEngine& engine();
+  // Staging memory allocated now (kept for reuse by later saves; at most the budget).
+  size_t staging_bytes() const;
 
   // Committed checkpoints (see list_checkpoints) and removal. remove() never leaves a
   // half-deleted checkpoint under its tag (rename first); it refuses a tag a pending save uses.

@@ -166,7 +166,11 @@ void bind_checkpoint(nb::module_& m) {
       .def_prop_ro("snapshot_seconds", &PendingSave::snapshot_seconds)
       .def_prop_ro("total_seconds", &PendingSave::total_seconds)
       .def_prop_ro("bytes", &PendingSave::bytes)
-      .def_prop_ro("checksum_seconds", &PendingSave::checksum_seconds);
+      .def_prop_ro("checksum_seconds", &PendingSave::checksum_seconds)
+      .def_prop_ro("retention_error", [](const PendingSave& p) {
+        Status st = p.retention_status();
+        return st.is_ok() ? std::string() : st.to_string();
+      });
 
   nb::class_<PyCheckpointManager>(m, "CheckpointManager")
       .def(nb::init<const std::string&, const CheckpointOptions&>(), "root"_a, "options"_a)
@@ -177,6 +181,7 @@ void bind_checkpoint(nb::module_& m) {
            [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_snapshots(); })); })
       .def("close", &PyCheckpointManager::close)
       .def_prop_ro("closed", &PyCheckpointManager::closed)
+      .def_prop_ro("staging_bytes", [](PyCheckpointManager& s) { return s.get().staging_bytes(); })
       .def("list", [](PyCheckpointManager& s) { return info_list(unwrap(s.get().list())); })
       .def("remove", [](PyCheckpointManager& s, const std::string& tag) {
         check(without_gil([&] { return s.get().remove(tag); }));

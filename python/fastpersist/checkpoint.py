@@ -116,6 +116,7 @@ class SaveHandle:
         self._pending = pending
         self._keepalive: Optional[List[torch.Tensor]] = keepalive
         self._lock = threading.Lock()
+        self._retention_reported = False
 
     @property
     def tag(self) -> str:
@@ -146,6 +147,7 @@ class SaveHandle:
             self._pending.wait()
         finally:
             self._release()
+        self._report_retention()
         return self.tag
 
     result = wait
@@ -166,6 +168,25 @@ class SaveHandle:
     def checksum_seconds(self) -> float:
         """CPU seconds spent on checksums (computed on staged bytes while the writes run)."""
         return float(self._pending.checksum_seconds)
+
+    @property
+    def retention_error(self) -> Optional[str]:
+        """Why removing older checkpoints after this commit failed, or None.
+
+        That does not fail the save (the checkpoint is committed); retention runs again after
+        the next save. It is also reported once as a ``RuntimeWarning``.
+        """
+        return str(self._pending.retention_error) or None
+
+    def _report_retention(self) -> None:
+        """Warns once about a failed retention, when the save is done."""
+        with self._lock:
+            if self._retention_reported or not self._pending.done():
+                return
+            self._retention_reported = True
+        error = self.retention_error
+        if error:
+            warnings.warn(f"fastpersist: {error}", RuntimeWarning, stacklevel=3)
 
     def _release(self) -> None:
         with self._lock:
@@ -201,7 +222,8 @@ class CheckpointManager:
         max_in_flight: saves queued or running at once; ``save_async`` waits for room.
         staging_budget: pinned staging memory for snapshots (bytes or "4GiB"); None means as
             much as one checkpoint needs, kept and reused by later saves. Smaller budgets
-            stream the snapshot in pieces (the caller's tensors are then held longer).
+            stream the snapshot in pieces (the caller's tensors are then held longer). A
+            budget below one ``staging_window`` lowers the window to it (at least 4096).
         max_parallel_files, target_file_size: data files written at once, and their size.
         durable: fsync every file and directory (default; turn off only for throwaway runs).
         checksums: XXH3-64 of every tensor, computed while staging and checked on load
@@ -303,6 +325,11 @@ class CheckpointManager:
         self._handles.append(handle)
         return handle
 
+    @property
+    def staging_bytes(self) -> int:
+        """Staging memory allocated now (kept for reuse by later saves; at most the budget)."""
+        return int(self._core_manager().staging_bytes)
+
     def wait(self) -> None:
         """Waits for every save in flight; raises the first failure nobody collected."""
         self._core_manager().wait_all()
@@ -335,6 +362,8 @@ class CheckpointManager:
         try:
             self._core.close()
         finally:
+            for h in self._handles:
+                h._report_retention()
             self._handles.clear()
             _OPEN_MANAGERS.discard(self)
 
@@ -459,7 +488,13 @@ class CheckpointManager:
         return self._core
 
     def _forget_finished(self) -> None:
-        self._handles = [h for h in self._handles if not h.done()]
+        keep = []
+        for h in self._handles:
+            if h.done():
+                h._report_retention()
+            else:
+                keep.append(h)
+        self._handles = keep
 
     def __repr__(self) -> str:
         return f"<CheckpointManager {self._root}{' closed' if self._core.closed else ''}>"

@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
+#include <string>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -62,14 +64,17 @@ struct CheckpointManager::Impl {
       job.state->mark_started();
       uint64_t bytes = 0;
       Status st = checkpoint::run_save_job(job, options, pool, *engine, &bytes);
+      Status retention;
       if (st.is_ok() && options.keep_last) {
         auto removed = prune_now(options.keep_last, options.keep_every, job.tag);
         if (!removed.is_ok()) {
-          st = Status(removed.status().code(),
-                      "checkpoint '" + job.tag + "' is committed, but removing older ones failed: " +
-                          removed.status().message(),
-                      removed.status().sys_errno())
-                   .with_path(removed.status().path());
+          retention = Status(removed.status().code(),
+                             "checkpoint '" + job.tag +
+                                 "' is committed, but removing older ones failed (retried after "
+                                 "the next save): " +
+                                 removed.status().message(),
+                             removed.status().sys_errno())
+                          .with_path(removed.status().path());
         }
       }
       // Release the caller's references to the source memory only when nothing reads it.
@@ -78,7 +83,7 @@ struct CheckpointManager::Impl {
       // Finished under the manager's lock (order: mu, then the state's mu), so whoever sees the
       // save done also sees its tag no longer pending: remove(tag) or a new save of the tag
       // right after wait() is not refused as "being saved".
-      job.state->finish(std::move(st), bytes);
+      job.state->finish(std::move(st), bytes, std::move(retention));
       --pending;
       pending_tags.erase(job.tag);
       cv.notify_all();
@@ -108,14 +113,31 @@ struct CheckpointManager::Impl {
                                              const std::string& keep_tag) {
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
     std::vector<std::string> removed;
+    Status first_error;
+    size_t failed = 0;
     for (const std::string& tag : checkpoint::select_all_for_removal(scan, keep_last, keep_every)) {
       if (tag == keep_tag) continue;
       {
         std::lock_guard l(mu);
         if (pending_tags.count(tag) != 0) continue;
       }
-      FP_RETURN_IF_ERROR(remove_now(tag));
+      // One checkpoint that cannot be removed does not keep the others.
+      if (Status st = remove_now(tag); !st.is_ok()) {
+        if (first_error.is_ok()) first_error = std::move(st);
+        ++failed;
+        continue;
+      }
       removed.push_back(tag);
+    }
+    if (!first_error.is_ok()) {
+      std::string others;
+      for (const std::string& tag : removed) others += (others.empty() ? "" : ", ") + tag;
+      return Status(first_error.code(),
+                    std::to_string(failed) + " old checkpoint(s) could not be removed" +
+                        (others.empty() ? "" : " (removed: " + others + ")") + "; first: " +
+                        first_error.message(),
+                    first_error.sys_errno())
+          .with_path(first_error.path());
     }
     return removed;
   }
@@ -173,14 +195,26 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
     return Status(StatusCode::kInvalidArgument, "staging_window_bytes must be a positive multiple of 4096");
   }
   if (options.max_in_flight == 0) return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
-  if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Status::from_errno(errno, "cannot create the checkpoint root").with_path(root);
+  CheckpointOptions effective = options;
+  if (options.staging_budget_bytes != 0 && options.staging_budget_bytes < options.staging_window_bytes) {
+    // The budget is a cap: a budget below one window shrinks the window rather than exceed it.
+    if (options.staging_budget_bytes < 4096) {
+      return Status(StatusCode::kInvalidArgument,
+                    "staging_budget_bytes must be 0 (unbounded) or at least 4096, got " +
+                        std::to_string(options.staging_budget_bytes));
+    }
+    effective.staging_window_bytes = options.staging_budget_bytes / 4096 * 4096;
+  }
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(root, mkdir_error);  // parents too, like `mkdir -p`
+  if (mkdir_error) {
+    return Status::from_errno(mkdir_error.value(), "cannot create the checkpoint root").with_path(root);
   }
   struct stat st {};
   if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status(StatusCode::kInvalidArgument, "checkpoint root is not a directory").with_path(root);
   }
-  auto impl = std::make_unique<Impl>(root, options);
+  auto impl = std::make_unique<Impl>(root, effective);
   FP_ASSIGN_OR_RETURN(impl->root_lock, checkpoint::RootLock::acquire(root));
   FP_RETURN_IF_ERROR(clean_debris(root));
   FP_ASSIGN_OR_RETURN(auto engine, IoEngine::create(options.engine));
@@ -290,6 +324,7 @@ Status CheckpointManager::close() {
 const std::string& CheckpointManager::root() const { return impl_->root; }
 const CheckpointOptions& CheckpointManager::options() const { return impl_->options; }
 IoEngine& CheckpointManager::engine() { return *impl_->engine; }
+size_t CheckpointManager::staging_bytes() const { return impl_->pool.allocated_bytes(); }
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::list() const { return list_checkpoints(impl_->root); }
 

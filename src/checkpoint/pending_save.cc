@@ -16,7 +16,7 @@ void PendingSave::State::mark_snapshot_done() {
   cv.notify_all();
 }
 
-void PendingSave::State::finish(Status outcome, uint64_t bytes_written) {
+void PendingSave::State::finish(Status outcome, uint64_t bytes_written, Status retention_outcome) {
   std::lock_guard lock(mu);
   if (!snapshot_done) {
     snapshot_done = true;
@@ -26,6 +26,7 @@ void PendingSave::State::finish(Status outcome, uint64_t bytes_written) {
   done = true;
   end = Clock::now();
   status = std::move(outcome);
+  retention = std::move(retention_outcome);
   bytes = bytes_written;
   cv.notify_all();
 }
@@ -82,6 +83,11 @@ double PendingSave::total_seconds() const {
 double PendingSave::checksum_seconds() const {
   std::lock_guard lock(state_->mu);
   return state_->checksum_seconds;
+}
+
+Status PendingSave::retention_status() const {
+  std::lock_guard lock(state_->mu);
+  return state_->retention;
 }
 
 uint64_t PendingSave::bytes() const {

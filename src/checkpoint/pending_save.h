@@ -18,8 +18,9 @@ struct PendingSave::State {
 
   void mark_started();
   void mark_snapshot_done();
-  // Sets the outcome; implies the snapshot is over (done or abandoned).
-  void finish(Status outcome, uint64_t bytes_written);
+  // Sets the outcome; implies the snapshot is over (done or abandoned). `retention`: why
+  // removing older checkpoints after this commit failed (OK when it did not fail or not run).
+  void finish(Status outcome, uint64_t bytes_written, Status retention_outcome = Status::ok());
   // The failure, once, if nobody reported it yet (for the manager's next call).
   Status take_unreported_failure();
 
@@ -30,6 +31,7 @@ struct PendingSave::State {
   bool done = false;
   mutable bool reported = false;
   Status status;
+  Status retention;
   uint64_t bytes = 0;
   double checksum_seconds = 0;
   Clock::time_point queued, started, snapshot_end, end;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import threading
 import time
 
@@ -306,6 +307,36 @@ def test_keep_last_with_keep_every(tmp_path):
         assert mgr.list() == [tag_for(3), tag_for(6), "best", "other", tag_for(10)]
 
 
+def _chattr(path, flag):
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+
+
+def test_failed_retention_warns_and_does_not_fail_the_save(tmp_path):
+    # An old checkpoint that cannot be removed (immutable: even root cannot rename it) makes
+    # retention fail after the new checkpoint is committed: save() succeeds and warns.
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    with _manager(tmp_path, keep_last=1) as mgr:
+        mgr.save(1, {"x": torch.ones(4)})
+        if not _chattr(tmp_path / tag_for(1), "+i"):
+            pytest.skip("cannot set the immutable flag here (needs root and ext4/xfs)")
+        try:
+            with pytest.warns(RuntimeWarning, match="is committed, but removing older ones failed"):
+                assert mgr.save(2, {"x": torch.full((4,), 2.0)}) == tag_for(2)
+            handle = mgr.save_async(3, {"x": torch.full((4,), 3.0)})
+            with pytest.warns(RuntimeWarning, match=tag_for(3)):
+                handle.wait()
+            assert handle.retention_error is not None and tag_for(1) in handle.retention_error
+            assert mgr.list() == [tag_for(1), tag_for(3)]
+            assert mgr.load()["x"][0].item() == 3.0
+        finally:
+            _chattr(tmp_path / tag_for(1), "-i")
+        handle = mgr.save_async(4, {"x": torch.full((4,), 4.0)})
+        handle.wait()
+        assert handle.retention_error is None
+        assert mgr.list() == [tag_for(4)]
+
+
 def test_keep_every_alone_keeps_everything(tmp_path):
     with _manager(tmp_path, keep_every=2) as mgr:
         for step in range(4):
@@ -495,6 +526,19 @@ def test_small_staging_budget_round_trips(tmp_path):
         for i in range(3):
             assert_state_equal(mgr.load(i), state)
             assert mgr.verify(i) == []
+
+
+def test_staging_budget_is_a_cap_even_below_one_window(tmp_path):
+    state = {"big": torch.randn(1_000_000), "small": _state(n=5, numel=100)}
+    with _manager(tmp_path / "a" / "b", staging_budget="1MiB") as mgr:  # 64 MiB windows
+        mgr.save(1, state)
+        assert 0 < mgr.staging_bytes <= 1 << 20
+        assert_state_equal(mgr.load(), state)
+    with _manager(tmp_path / "c") as mgr:  # unbounded: as much as the checkpoint needs
+        mgr.save(1, state)
+        assert mgr.staging_bytes >= 4_000_000
+    with pytest.raises(ValueError, match="staging_budget"):
+        _manager(tmp_path / "d", staging_budget=100)
 
 
 def test_save_from_a_thread_and_load_elsewhere(tmp_path):

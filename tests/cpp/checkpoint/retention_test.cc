@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Retention: keep_last / keep_every applied after each commit and by prune(); the newest
 // checkpoint is never removed; remove() of a tag and of an unknown tag.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_test_util.h"
@@ -16,6 +19,33 @@ namespace fastpersist::testing {
 namespace {
 
 using Tags = std::vector<std::string>;
+
+// Marks a directory immutable (chattr +i) while alive, so nothing can rename or remove it: a
+// real failure of retention. Needs CAP_LINUX_IMMUTABLE and a filesystem with the flag (ext4,
+// xfs); ok() is false elsewhere.
+class ImmutableDir {
+ public:
+  explicit ImmutableDir(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_DIRECTORY)) {
+    if (fd_ >= 0 && set(true)) ok_ = true;
+  }
+  ~ImmutableDir() {
+    if (ok_) set(false);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ImmutableDir(const ImmutableDir&) = delete;
+  ImmutableDir& operator=(const ImmutableDir&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  bool set(bool on) {
+    int flags = 0;
+    if (::ioctl(fd_, FS_IOC_GETFLAGS, &flags) != 0) return false;
+    flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+    return ::ioctl(fd_, FS_IOC_SETFLAGS, &flags) == 0;
+  }
+  int fd_;
+  bool ok_ = false;
+};
 
 TestState tiny_state(int64_t step) {
   TestState s;
@@ -51,6 +81,39 @@ TEST_F(RetentionTest, KeepLastKeepsTheNewest) {
   FP_ASSERT_OK_AND_ASSIGN(auto latest, latest_checkpoint(dir_.path()));
   EXPECT_EQ(latest, std::optional<std::string>("step-5"));
   expect_checkpoint_matches(dir_.file("step-4"), tiny_state(4));
+}
+
+// Retention runs after the commit: when it cannot remove an old checkpoint the save still
+// succeeds (it is committed), retention_status() says what was left, and the next save's
+// retention removes it once it can.
+TEST_F(RetentionTest, FailedRetentionDoesNotFailTheCommittedSave) {
+  CheckpointOptions o = small_options();
+  o.keep_last = 1;
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 1);
+  {
+    ImmutableDir pinned(dir_.file("step-1"));
+    if (!pinned.ok()) GTEST_SKIP() << "cannot set the immutable flag here (needs root and ext4/xfs)";
+    TestState s = tiny_state(2);
+    FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("step-2", s.content()));
+    FP_EXPECT_OK(p.wait());
+    Status retention = p.retention_status();
+    EXPECT_FALSE(retention.is_ok());
+    EXPECT_NE(retention.message().find("'step-2' is committed"), std::string::npos)
+        << retention.to_string();
+    EXPECT_NE(retention.message().find("step-1"), std::string::npos) << retention.to_string();
+    EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-1", "step-2"}));
+    FP_ASSERT_OK_AND_ASSIGN(auto latest, latest_checkpoint(dir_.path()));
+    EXPECT_EQ(latest, std::optional<std::string>("step-2"));
+    expect_checkpoint_matches(dir_.file("step-2"), tiny_state(2));
+  }
+  FP_EXPECT_OK(mgr->wait_all());  // a retention failure is not a save failure
+  TestState s = tiny_state(3);
+  FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("step-3", s.content()));
+  FP_EXPECT_OK(p.wait());
+  FP_EXPECT_OK(p.retention_status());
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-3"}));
+  expect_no_debris();
 }
 
 TEST_F(RetentionTest, KeepEveryKeepsMilestones) {

@@ -119,6 +119,27 @@ TEST(StagingBudgetTest, ManagerWithBudgetSavesIdenticalBytes) {
   expect_checkpoint_matches(dir.file("b") + "/t2", state);
 }
 
+// A budget smaller than one staging window is still a cap: the window shrinks to it.
+TEST(StagingBudgetTest, BudgetBelowOneWindowShrinksTheWindow) {
+  TempDir dir;
+  TestState state = mixed_state(23);
+  CheckpointOptions o = small_options();  // 64 KiB windows
+  o.staging_budget_bytes = 20 * 1024;     // 5 pages
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir.file("deep/er/root"), o));
+  EXPECT_EQ(mgr->options().staging_window_bytes, 20u * 1024);
+  FP_ASSERT_OK(mgr->save("t", state.content()));
+  EXPECT_GT(mgr->staging_bytes(), 0u);
+  EXPECT_LE(mgr->staging_bytes(), o.staging_budget_bytes);
+  FP_ASSERT_OK(mgr->close());
+  expect_checkpoint_matches(dir.file("deep/er/root") + "/t", state);
+
+  o.staging_budget_bytes = 4095;
+  auto refused = CheckpointManager::open(dir.file("other"), o);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("staging_budget"), std::string::npos);
+}
+
 TEST(StagingPoolTest, NeverMoreWindowsThanTheBudgetFromManyThreads) {
   constexpr size_t kWindow = 4096;
   StagingPool pool(kWindow, 3 * kWindow, false);
