@@ -8,7 +8,8 @@
 // missing from that Python. <python> is $FASTPERSIST_PYTHON when set; else the python3 (or
 // python) next to this executable, which is the environment's bin/ when pip installed it; else
 // python3 (or python) on PATH. The process is replaced (exec), so the exit status, signals and
-// terminal are Python's: 0 done, 1 failed, 2 bad arguments.
+// terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar
+// (fastpersist/_progress.py, the same line as progress.h) from the bytes it reads and writes.
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,6 +49,8 @@ struct Args {
   bool drop_non_tensors = false;
   bool unsafe_pickle = false;
   bool overwrite = false;
+  bool progress = false;
+  bool no_progress = false;
 };
 
 std::vector<std::string> python_args(const Args& a) {
@@ -57,6 +60,10 @@ std::vector<std::string> python_args(const Args& a) {
   if (a.drop_non_tensors) argv.push_back("--drop-non-tensors");
   if (a.unsafe_pickle) argv.push_back("--unsafe-pickle");
   if (a.overwrite) argv.push_back("--overwrite");
+  // Without either flag Python decides, like verify: a bar when stderr (ours, inherited through
+  // exec) is a terminal.
+  if (a.progress) argv.push_back("--progress");
+  if (a.no_progress) argv.push_back("--no-progress");
   argv.insert(argv.end(), {"--", a.src, a.dst});
   return argv;
 }
@@ -143,6 +150,11 @@ Command add_convert_command(CLI::App& parent) {
                 "Load torch files and checkpoint objects with weights_only=False (runs "
                 "arbitrary pickled code: only for files you trust)");
   app->add_flag("--overwrite", args->overwrite, "Replace an existing DST file");
+  auto* progress_flag =
+      app->add_flag("--progress", args->progress,
+                    "Show a progress bar on stderr (default: when stderr is a terminal)");
+  app->add_flag("--no-progress", args->no_progress, "Never show the progress bar")
+      ->excludes(progress_flag);
   app->footer(
       "Python: $FASTPERSIST_PYTHON, else python3 next to this executable, else python3 on PATH.\n"
       "Exit status: 0 done, 1 failed, 2 bad arguments.");

@@ -17,6 +17,8 @@ import torch
 from . import _core
 from .checkpoint_state import SAFETENSORS_TO_DTYPE, flatten_into, unflatten_state
 
+_PROGRESS_BATCH_BYTES = 64 << 20
+
 KeySelection = Union[None, Iterable[str], Callable[[str], bool]]
 DtypeSpec = Union[None, torch.dtype, Mapping[str, torch.dtype]]
 
@@ -107,8 +109,14 @@ def load_checkpoint_dir(
     verify: bool = True,
     max_memory: Optional[int] = None,
     weights_only: bool = True,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> Any:
-    """Loads the checkpoint directory `path`; see :meth:`CheckpointManager.load`."""
+    """Loads the checkpoint directory `path`; see :meth:`CheckpointManager.load`.
+
+    `progress(bytes_read, bytes_to_read)` (tensor bytes) is called before the first read and
+    after each batch of reads completed; with it, reads go in batches of at most 64 MiB (or
+    `max_memory`) unless one tensor is larger.
+    """
     reader = _core.CheckpointReader(str(path), engine_options)
     manifest = json.loads(reader.manifest_json())
     tensors = manifest["tensors"]
@@ -172,18 +180,29 @@ def load_checkpoint_dir(
 
     loaded: Dict[str, torch.Tensor] = {}
     budget = int(max_memory) if max_memory else 0
+    to_read = sum(tensors[index[t]]["length"] for t in needed)
+    bytes_read = 0
+    if progress is not None:
+        progress(0, to_read)
     if direct:
         reader.read(direct, verify, budget, 1 << 20)
         for target in direct_names:
             loaded[target] = needed[target]  # type: ignore[assignment]
+        if progress is not None:
+            bytes_read += sum(tensors[index[t]]["length"] for t in direct_names)
+            progress(bytes_read, to_read)
 
-    # Span reads, in batches of at most max_memory bytes when bounded.
+    # Span reads, in batches of at most max_memory bytes when bounded (or smaller ones to report
+    # progress between them).
     device = _device(map_location)
+    batch_limit = budget
+    if progress is not None:
+        batch_limit = min(budget or _PROGRESS_BATCH_BYTES, _PROGRESS_BATCH_BYTES)
     batches: List[List[str]] = [[]]
     batch_bytes = 0
     for target in via_span:
         n = tensors[index[target]]["length"]
-        if budget and batches[-1] and batch_bytes + n > budget:
+        if batch_limit and batches[-1] and batch_bytes + n > batch_limit:
             batches.append([])
             batch_bytes = 0
         batches[-1].append(target)
@@ -212,6 +231,9 @@ def load_checkpoint_dir(
                 value = value.to(device)
             loaded[target] = value
         del spans
+        if progress is not None:
+            bytes_read += sum(tensors[index[t]]["length"] for t in batch)
+            progress(bytes_read, to_read)
 
     selected_set = set(selected)
 

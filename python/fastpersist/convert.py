@@ -13,9 +13,10 @@
 
 - SRC: a directory with ``manifest.json`` is a checkpoint; a directory without one is a root,
   whose latest checkpoint is converted; a ``*.safetensors`` file (or any file that starts with
-  a valid safetensors header) is safetensors; any other file is a torch file, loaded with
+  a valid safetensors header) is safetensors; any other file is a torch file, loaded like
   ``torch.load(weights_only=True)`` (``--unsafe-pickle``: ``weights_only=False``, only for files
-  you trust).
+  you trust; a zip-format file is read by the engine and unpickled by torch, as
+  :func:`fastpersist.load` does).
 - DST: ``*.safetensors`` is a safetensors file; ``*.pt``, ``*.pth``, ``*.bin``, ``*.ckpt`` a torch
   file (written with :func:`fastpersist.save`, loadable by ``torch.load``); anything else is a new
   checkpoint directory ``ROOT/TAG`` written with :class:`fastpersist.CheckpointManager`, where
@@ -28,6 +29,20 @@ with non-tensor values (a step counter, optimizer ``param_groups``) is refused u
 only the tensors whose name starts with P, and strips it (``--prefix model.`` turns a training
 checkpoint into the model's ``state_dict``).
 
+Progress: ``--progress`` draws a bar per phase on stderr (``convert read SRC``, ``convert write
+DST``; by default only when stderr is a terminal, never with ``--no-progress``), and
+:func:`convert` takes ``progress(phase, path, done, total)``. Every number is measured bytes:
+
+- read: a torch file in zip format (what ``torch.save`` writes) is read in 64 MiB chunks by the
+  engine into one buffer, and torch unpickles it with every storage a view of that buffer, as
+  :func:`fastpersist.load` does, so reporting costs no extra copy. A legacy (non-zip) torch file
+  goes to ``torch.load``, which cannot report: its size is reported once it is loaded. A
+  safetensors file is read in chunks the same way; a checkpoint in batches of tensors.
+- write: bytes handed to the writer (safetensors: after each tensor; torch: after each write of
+  ``torch.save``, whose total is the tensor bytes until the file's own records pass it). A
+  checkpoint has no byte counter while it saves: its bar stays at 0 until the checkpoint is
+  committed, then shows the bytes written in all its files.
+
 Exit status: 0 done, 1 failed, 2 bad arguments.
 """
 
@@ -39,11 +54,12 @@ import os
 import pickle
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from . import _core
+from ._progress import ProgressBar, stderr_is_tty
 from .checkpoint_state import flatten_state
 
 __all__ = ["ConvertError", "convert", "main"]
@@ -52,6 +68,17 @@ TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 SAFETENSORS_SUFFIX = ".safetensors"
 MANIFEST = "manifest.json"
 _MAX_LISTED = 8
+
+
+# progress(phase, path, done, total): phase "read" (of SRC) or "write" (of DST), in bytes.
+Progress = Callable[[str, str, int, int], None]
+_Report = Optional[Callable[[int, int], None]]
+
+
+def _reporter(progress: Optional[Progress], phase: str, path: str) -> _Report:
+    if progress is None:
+        return None
+    return lambda done, total: progress(phase, path, done, total)
 
 
 class ConvertError(Exception):
@@ -169,13 +196,27 @@ def _detect_destination(dst: str, tag: Optional[str], overwrite: bool) -> _Desti
 
 
 # ----------------------------------------------------------------------------- loading
-def _load_torch(path: str, unsafe: bool) -> Any:
+def _load_torch(path: str, unsafe: bool, report: _Report) -> Any:
+    from . import serialization
+
     try:
-        return torch.load(path, map_location="cpu", weights_only=not unsafe)
+        if serialization.is_zip_checkpoint(path) and serialization.can_load_zip_buffer():
+            # Read by the engine (in chunks when reporting), then unpickled with every storage
+            # a view of that buffer: one copy, as torch.load itself makes.
+            buf = serialization.read_file(path, progress=report)
+            return serialization.load_zip_buffer(buf, "cpu", weights_only=not unsafe)
+        # torch.load reads a legacy file itself: only its size can be reported, once loaded.
+        size = os.path.getsize(path)
+        if report is not None:
+            report(0, size)
+        state = torch.load(path, map_location="cpu", weights_only=not unsafe)
+        if report is not None:
+            report(size, size)
+        return state
     except pickle.UnpicklingError as e:
         if unsafe:
             raise ConvertError(f"{path} is not a loadable torch file: {e}") from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise ConvertError(
             f"torch.load(weights_only=True) refused {path}: {first}. If you trust this file, "
             "pass --unsafe-pickle (it may run arbitrary code while loading)") from None
@@ -186,19 +227,25 @@ def _load_torch(path: str, unsafe: bool) -> Any:
                            f"({type(e).__name__}: {e})") from None
 
 
-def _load(src: _Source, unsafe: bool, prefix: Optional[str]) -> Any:
+def _load(src: _Source, unsafe: bool, prefix: Optional[str], report: _Report) -> Any:
     if src.kind == "torch":
-        return _load_torch(src.path, unsafe)
+        return _load_torch(src.path, unsafe, report)
     if src.kind == "safetensors":
-        from .safetensors_io import load_safetensors
+        from .safetensors_io import load_safetensors, safetensors_header, tensors_from_buffer
+        from .serialization import read_file
 
-        return load_safetensors(src.path)
-    from .checkpoint import load_checkpoint
+        if report is None:
+            return load_safetensors(src.path)
+        return tensors_from_buffer(src.path, safetensors_header(src.path),
+                                   read_file(src.path, progress=report))
+    from .checkpoint_loading import load_checkpoint_dir
     from .checkpoint_state import UnsafeCheckpointObjectError
+    from .writer import engine_options
 
     keys = None if prefix is None else (lambda n: n.startswith(prefix))
     try:
-        return load_checkpoint(src.path, keys=keys, weights_only=not unsafe)
+        return load_checkpoint_dir(src.path, engine_options(), keys=keys,
+                                   weights_only=not unsafe, progress=report)
     except UnsafeCheckpointObjectError as e:
         raise ConvertError(f"{src.path}: the checkpoint's objects need globals that "
                            f"weights_only=True refuses ({e}); if you trust it, pass "
@@ -309,8 +356,11 @@ def _summary(state: Any) -> Tuple[int, int]:
 # ----------------------------------------------------------------------------- the conversion
 def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[str] = None,
             drop_non_tensors: bool = False, unsafe_pickle: bool = False,
-            overwrite: bool = False) -> List[str]:
+            overwrite: bool = False, progress: Optional[Progress] = None) -> List[str]:
     """Converts SRC to DST (see the module's docstring); returns lines describing what it did.
+
+    `progress(phase, path, done, total)` is called as bytes are read ("read", the SRC file or
+    checkpoint) and written ("write", DST), with (0, total) when a phase starts.
 
     Raises :class:`ConvertError` (or :class:`ConvertUsageError`) with a message for the user.
     """
@@ -319,7 +369,8 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
     if os.path.exists(dest.path) and os.path.samefile(source.path, dest.path):
         raise ConvertUsageError("SRC and DST are the same file")
     notes = list(source.notes)
-    state = _load(source, unsafe_pickle, prefix)
+    state = _load(source, unsafe_pickle, prefix, _reporter(progress, "read", source.path))
+    report = _reporter(progress, "write", dest.path)
     if prefix is not None:
         state = _select_prefix(state, prefix)
 
@@ -328,7 +379,7 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
 
         tensors = _for_safetensors(state, drop_non_tensors, notes)
         try:
-            save_safetensors(tensors, dest.path)
+            save_safetensors(tensors, dest.path, progress=report)
         except (TypeError, ValueError) as e:
             raise ConvertError(f"cannot write {dest.path}: {e}") from None
         written = f"safetensors file {dest.path}"
@@ -337,9 +388,16 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
         from .serialization import save
 
         state = _owning_copies(state)
-        save(state, dest.path)
-        written = f"torch file {dest.path}"
         count, nbytes = _summary(state)
+        on_write = None
+        if report is not None:
+            # The file's size is known only once written: the tensor bytes until it passes them.
+            report(0, nbytes)
+            on_write = lambda done: report(done, max(done, nbytes))  # noqa: E731
+        stats = save(state, dest.path, progress=on_write)
+        if report is not None:
+            report(stats["bytes"], stats["bytes"])
+        written = f"torch file {dest.path}"
     else:
         from .checkpoint import CheckpointManager
         from .errors import CheckpointLockedError
@@ -348,12 +406,19 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
             manager = CheckpointManager(dest.root)
         except CheckpointLockedError as e:
             raise ConvertError(str(e)) from None
+        count, nbytes = _summary(state)
         try:
-            manager.save(dest.tag, state, metadata={"converted_from": os.path.abspath(src)})
+            # No byte counter while a checkpoint saves: report the start and the commit.
+            if report is not None:
+                report(0, nbytes)
+            handle = manager.save_async(dest.tag, state,
+                                        metadata={"converted_from": os.path.abspath(src)})
+            handle.wait()
+            if report is not None:
+                report(handle.bytes, handle.bytes)
         finally:
             manager.close()
         written = f"checkpoint {dest.path} (root {dest.root}, tag {dest.tag})"
-        count, nbytes = _summary(state)
     lines = [f"converted {source.kind} {source.path} -> {written}: "
              f"{count} tensor{'s' if count != 1 else ''}, {_human(nbytes)}"]
     return lines + [f"note: {n}" for n in notes]
@@ -378,7 +443,41 @@ def _parser(prog: Optional[str]) -> argparse.ArgumentParser:
                    help="torch.load / checkpoint objects with weights_only=False (runs pickled "
                         "code: only for files you trust)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST file")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--progress", action="store_true", default=None,
+                       help="show a progress bar on stderr (default: when stderr is a terminal)")
+    shown.add_argument("--no-progress", dest="progress", action="store_false",
+                       help="never show the progress bar")
     return p
+
+
+class _Bars:
+    """The bars of one conversion on stderr, one line per phase (read, then write). As a context
+    manager: ends the last line, or blanks it when the conversion raised (the error message
+    then starts on a clean line)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._key: Optional[Tuple[str, str]] = None
+        self._bar: Optional[ProgressBar] = None
+
+    def __call__(self, phase: str, path: str, done: int, total: int) -> None:
+        if self._bar is None or self._key != (phase, path):
+            self._finish(clear=False)
+            self._key = (phase, path)
+            self._bar = ProgressBar(f"convert {phase} {path}", self.enabled)
+        self._bar.update(done, total)
+
+    def _finish(self, clear: bool) -> None:
+        if self._bar is not None:
+            self._bar.finish(clear)
+        self._key, self._bar = None, None
+
+    def __enter__(self) -> "_Bars":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._finish(clear=exc_type is not None)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
@@ -386,9 +485,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     args = parser.parse_args(argv)  # exits 2 on bad arguments
     name = parser.prog
     try:
-        lines = convert(args.src, args.dst, tag=args.tag, prefix=args.prefix,
-                        drop_non_tensors=args.drop_non_tensors, unsafe_pickle=args.unsafe_pickle,
-                        overwrite=args.overwrite)
+        with _Bars(stderr_is_tty() if args.progress is None else args.progress) as bars:
+            lines = convert(args.src, args.dst, tag=args.tag, prefix=args.prefix,
+                            drop_non_tensors=args.drop_non_tensors,
+                            unsafe_pickle=args.unsafe_pickle, overwrite=args.overwrite,
+                            progress=bars if bars.enabled else None)
     except ConvertError as e:
         print(f"{name}: error: {e}", file=sys.stderr)
         return e.exit_code

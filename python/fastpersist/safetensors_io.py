@@ -12,7 +12,7 @@ O_DIRECT read, and the returned tensors are views of that buffer.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Set, Union
 
 import torch
 
@@ -31,8 +31,14 @@ def _as_bytes(t: torch.Tensor) -> Any:
 
 
 def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
-                     metadata: Optional[Mapping[str, str]] = None, *, durable: bool = True) -> None:
-    """Writes `tensors` ({name: tensor}) to a safetensors file at `path`, atomically."""
+                     metadata: Optional[Mapping[str, str]] = None, *, durable: bool = True,
+                     progress: Optional[Callable[[int, int], None]] = None) -> None:
+    """Writes `tensors` ({name: tensor}) to a safetensors file at `path`, atomically.
+
+    `progress(bytes_written, file_size)` is called before the first write and after each tensor
+    (bytes the writer accepted; it is at most its staging buffer ahead of the storage). The
+    file is complete and in place when this function returns.
+    """
     entries = []
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -46,11 +52,16 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
     header, _ = _core.encode_safetensors_header(
         [(name, DTYPE_TO_SAFETENSORS[t.dtype], list(t.shape)) for name, t in ordered], meta,
         _ALIGNMENT)
+    file_size = len(header) + sum(t.numel() * t.element_size() for _, t in ordered)
     with FastFileWriter(path, durable=durable) as w:
+        if progress is not None:
+            progress(0, file_size)
         w.write(header)
         for _, t in ordered:
             if t.numel():
                 w.write(_as_bytes(t))
+            if progress is not None:
+                progress(w.bytes_written, file_size)
 
 
 def safetensors_header(path: PathLike) -> Dict[str, Any]:
@@ -74,6 +85,14 @@ def load_safetensors(path: PathLike, device: Union[str, torch.device] = "cpu",
         if unknown:
             raise KeyError(f"{os.fspath(path)} has no tensor(s) {sorted(unknown)}")
     buffer = _core.read_file(os.fspath(path), engine_options())
+    return tensors_from_buffer(path, header, buffer, device, wanted)
+
+
+def tensors_from_buffer(path: PathLike, header: Dict[str, Any], buffer: Any,
+                        device: Union[str, torch.device] = "cpu",
+                        wanted: Optional[Set[str]] = None) -> Dict[str, torch.Tensor]:
+    """{name: tensor} of a safetensors file already read whole into `buffer` (its header as
+    :func:`safetensors_header` returns it): views of `buffer` where aligned, copies otherwise."""
     start = header["data_start"]
     out: Dict[str, torch.Tensor] = {}
     for name, (dtype_name, shape, begin, end) in header["tensors"].items():

@@ -15,8 +15,11 @@ without the internal entry point, are loaded from the same buffer with one copy.
 from __future__ import annotations
 
 import contextlib
+import errno
+import mmap
 import os
 import pickle
+import stat
 from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 from . import _core
@@ -25,6 +28,7 @@ from .writer import FastFileWriter, PathLike, engine_options
 MapLocation = Union[None, str, Any, Dict[str, str], Callable[..., Any]]
 
 _STORAGE_ALIGNMENT = 4096
+_PROGRESS_CHUNK_BYTES = 64 << 20
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -93,8 +97,8 @@ def save(
             (``zero_copy_bytes`` in the statistics) without passing through the writer's
             buffer. CPU tensors are not affected.
         writer_options: passed to :class:`FastFileWriter` (io_buffer_mb, single_io_buffer,
-            durable, backend, block_size, queue_depth, intra_op_parallelism, ...; for parallel
-            writers num_parallel_writers, writer_rank, stripe_mb and commit_timeout).
+            durable, backend, block_size, queue_depth, intra_op_parallelism, progress, ...; for
+            parallel writers num_parallel_writers, writer_rank, stripe_mb and commit_timeout).
 
     Returns:
         The writer's statistics (bytes, seconds, zero-copy bytes, ...), plus ``committed``
@@ -154,10 +158,46 @@ class _MemoryFile:
         return True
 
 
-def read_file(path: PathLike, **engine_kwargs: Any) -> Any:
-    """The whole file in one page-aligned buffer (buffer protocol), read with parallel O_DIRECT."""
+def read_file(path: PathLike, *, progress: Optional[Callable[[int, int], None]] = None,
+              **engine_kwargs: Any) -> Any:
+    """The whole file in one page-aligned buffer (buffer protocol), read with parallel O_DIRECT.
+
+    With `progress`, the file is read in chunks of 64 MiB (each one parallel O_DIRECT request of
+    the same engine, straight into the buffer) and ``progress(bytes_read, file_size)`` is called
+    before the first and after each chunk.
+    """
     opts = engine_options(**engine_kwargs)
-    return _core.read_file(os.fsdecode(os.fspath(path)), opts)
+    name = os.fsdecode(os.fspath(path))
+    if progress is None:
+        return _core.read_file(name, opts)
+    return _read_in_chunks(name, opts, progress)
+
+
+def _read_in_chunks(path: str, opts: Any, progress: Callable[[int, int], None]) -> Any:
+    before = os.stat(path)
+    if stat.S_ISDIR(before.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+    size = before.st_size
+    progress(0, size)
+    if size == 0:
+        return bytearray()
+    # Anonymous mmap: page-aligned (O_DIRECT lands in it with no bounce copy), not locked.
+    buf = mmap.mmap(-1, size)
+    address, _ = _core.buffer_address(buf, True)
+    handle = _core.AioHandle.create(opts)
+    try:
+        for offset in range(0, size, _PROGRESS_CHUNK_BYTES):
+            n = min(_PROGRESS_CHUNK_BYTES, size - offset)
+            handle.sync_pread(address + offset, n, path, offset)
+            progress(offset + n, size)
+    finally:
+        handle.close()
+    # Each chunk opens the path again: a file replaced meanwhile would give a mix of two files.
+    after = os.stat(path)
+    if (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns) != (
+            before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns):
+        raise OSError(errno.EAGAIN, "the file changed while it was being read", path)
+    return buf
 
 
 def load(
@@ -190,22 +230,44 @@ def load(
     if not is_zip or not _can_load_zero_copy(torch):
         return torch.load(_MemoryFile(view), map_location=map_location, weights_only=weights_only,
                           **pickle_load_args)
+    try:
+        return load_zip_buffer(buf, map_location, weights_only=weights_only, **pickle_load_args)
+    except pickle.UnpicklingError as e:
+        if not weights_only:
+            raise
+        raise pickle.UnpicklingError(
+            f"fastpersist.load with weights_only=True refused {os.fspath(path)!r}: {e}. "
+            "Load only files you trust with weights_only=False.") from None
+
+
+def is_zip_checkpoint(path: PathLike) -> bool:
+    """True when the file starts like torch's zip format (what load_zip_buffer takes)."""
+    with open(path, "rb") as f:
+        return f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+
+
+def can_load_zip_buffer() -> bool:
+    """True when the installed torch can build tensors as views of one buffer."""
+    return _can_load_zero_copy(_torch())
+
+
+def load_zip_buffer(buf: Any, map_location: MapLocation = None, *, weights_only: bool = True,
+                    **pickle_load_args: Any) -> Any:
+    """Unpickles a zip-format ``torch.save`` file held in `buf` (a writable buffer) with every
+    tensor's storage a slice of `buf`: no copy. Needs :func:`can_load_zip_buffer`. Errors are
+    torch's own (``pickle.UnpicklingError`` when weights_only refuses a global)."""
+    torch = _torch()
     from torch.serialization import _load
 
     pickle_load_args.setdefault("encoding", "utf-8")
     # Every storage becomes a slice of this storage, which keeps `buf` alive through the tensors.
     overall = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
-    zip_file = torch._C.PyTorchFileReader(_MemoryFile(view))
+    zip_file = torch._C.PyTorchFileReader(_MemoryFile(memoryview(buf)))
     if weights_only:
         from torch import _weights_only_unpickler
 
-        try:
-            return _load(zip_file, map_location, _weights_only_unpickler, overall_storage=overall,
-                         **pickle_load_args)
-        except pickle.UnpicklingError as e:
-            raise pickle.UnpicklingError(
-                f"fastpersist.load with weights_only=True refused {os.fspath(path)!r}: {e}. "
-                "Load only files you trust with weights_only=False.") from None
+        return _load(zip_file, map_location, _weights_only_unpickler, overall_storage=overall,
+                     **pickle_load_args)
     return _load(zip_file, map_location, pickle, overall_storage=overall, **pickle_load_args)
 
 

@@ -17,7 +17,7 @@ import math
 import os
 import time
 from types import TracebackType
-from typing import Any, Dict, Optional, Type, Union
+from typing import Any, Callable, Dict, Optional, Type, Union
 
 from . import _core
 from ._engine_options import engine_options
@@ -56,6 +56,8 @@ class FastFileWriter:
         backend, block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events:
             engine knobs (see docs/settings.md).
         show_statistics: print the statistics line at close.
+        progress: called after each ``write()`` with the bytes written so far (accepted by the
+            writer: at most its staging buffer ahead of the storage; ``close()`` commits).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class FastFileWriter:
         single_submit: Optional[bool] = None,
         overlap_events: Optional[bool] = None,
         show_statistics: bool = False,
+        progress: Optional[Callable[[int], None]] = None,
     ) -> None:
         self._path = os.fsdecode(os.fspath(path))
         opts = _core.FastFileWriterOptions()
@@ -91,6 +94,7 @@ class FastFileWriter:
         eng = engine_options(backend, block_size, queue_depth, intra_op_parallelism, single_submit,
                              overlap_events)
         self._show_statistics = show_statistics
+        self._progress = progress
         self._io_error: Optional[OSError] = None
         self._w = _core.FastFileWriter(self._path, eng, opts)
 
@@ -98,11 +102,14 @@ class FastFileWriter:
     def write(self, data: Any) -> int:
         """Appends a bytes-like object; returns its length (always all of it)."""
         try:
-            return self._w.write(data)
+            n = self._w.write(data)
         except OSError as e:
             if self._io_error is None:
                 self._io_error = e
             raise
+        if self._progress is not None:
+            self._progress(int(self._w.bytes_written))
+        return n
 
     def flush(self) -> None:
         """Nothing to do: data is committed by close(). torch.save calls this at the end."""

@@ -45,6 +45,16 @@ def run_convert(*args):
     return run_cli("convert", *args, env={"FASTPERSIST_PYTHON": sys.executable})
 
 
+def run_cli_keeping_cr(*args, env=None):
+    """run_cli, with stdout and stderr decoded as they are: text mode would turn the '\r' of a
+    progress bar into '\n'."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FASTPERSIST_")}
+    full_env.update(env or {})
+    proc = subprocess.run([CLI, *map(str, args)], capture_output=True, timeout=300, env=full_env)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
+                                       proc.stderr.decode())
+
+
 def state_for(step):
     g = torch.Generator().manual_seed(step)
     return {
@@ -469,6 +479,139 @@ def test_convert_round_trip_pt_safetensors_checkpoint_pt(tmp_path):
     # Each tensor owns its bytes (no view of one big read buffer saved along with it).
     for t in restored.values():
         assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+def test_convert_checkpoint_to_safetensors(root, tmp_path):
+    from safetensors.torch import load_file
+
+    ckpt = root / "step-00000200"
+    out = tmp_path / "step-200.safetensors"
+    proc = run_convert(ckpt, out, "--drop-non-tensors")
+    assert proc.returncode == 0, proc.stderr
+    assert f"converted checkpoint {ckpt} -> safetensors file {out}: 3 tensors" in proc.stdout
+    assert "left out 2 non-tensor value(s)" in proc.stdout
+    expected = {f"model.{k}": v for k, v in state_for(200)["model"].items()}
+    assert_same_tensors(expected, load_file(out))
+
+    model = tmp_path / "model.safetensors"
+    proc = run_convert(ckpt, model, "--prefix", "model.", "--progress")
+    assert proc.returncode == 0, proc.stderr
+    assert_same_tensors(state_for(200)["model"], load_file(model))
+
+
+def test_convert_safetensors_to_pt(tmp_path):
+    from safetensors.torch import save_file
+
+    original = flat_model(2)
+    src = tmp_path / "hf.safetensors"
+    save_file(original, src)  # the safetensors library's layout: tensors need not be aligned
+    for out, flags in ((tmp_path / "a.pt", ()), (tmp_path / "b.pt", ("--progress",))):
+        proc = run_convert(src, out, *flags)
+        assert proc.returncode == 0, proc.stderr
+        assert f"converted safetensors {src} -> torch file {out}: 6 tensors" in proc.stdout
+        restored = torch.load(out, weights_only=True)
+        assert_same_tensors(original, restored)
+        for t in restored.values():
+            assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+def bar_lines(stderr):
+    """{label: final frame} of the bars on stderr, checking that each is well formed: redrawn
+    with '\r', every frame `LABEL  DONE / TOTAL  [24 columns]`, ended by a newline."""
+    assert stderr.endswith("\n"), repr(stderr)
+    finals = {}
+    for line in stderr[:-1].split("\n"):
+        frames = line.split("\r")
+        assert frames[0] == "" and len(frames) >= 2, repr(line)
+        for frame in frames[1:]:
+            m = re.fullmatch(r"(convert \S+ \S+)  \d+(\.\d)? [KMGTP]?i?B / \d+(\.\d)? [KMGTP]?i?B  "
+                             r"\[[=> ]{24}\]( +\d+(\.\d)? [KMGTP]?i?B/s)? *", frame)
+            assert m, repr(frame)
+        finals[m.group(1)] = frames[-1].rstrip(" ")
+    return finals
+
+
+def test_convert_progress_bar_on_stderr(tmp_path):
+    from fastpersist._progress import format_bytes_short
+
+    src = tmp_path / "model.pt"
+    torch.save(flat_model(), src)
+    dst = tmp_path / "ckpts" / "imported"
+    proc = run_cli_keeping_cr("convert", src, dst, "--progress",
+                              env={"FASTPERSIST_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr
+    assert "converted torch" in proc.stdout and "\r" not in proc.stdout
+    finals = bar_lines(proc.stderr)
+    assert list(finals) == [f"convert read {src}", f"convert write {dst}"]
+    # Complete, and the measured sizes: the file read, the files of the new checkpoint.
+    size = format_bytes_short(src.stat().st_size)
+    assert finals[f"convert read {src}"].startswith(
+        f"convert read {src}  {size} / {size}  [{'=' * 24}]")
+    size = format_bytes_short(sum(f.stat().st_size for f in dst.iterdir()))
+    assert finals[f"convert write {dst}"].startswith(
+        f"convert write {dst}  {size} / {size}  [{'=' * 24}]")
+
+
+def test_convert_progress_bar_only_when_asked_or_on_a_terminal(tmp_path):
+    src = tmp_path / "model.pt"
+    torch.save(flat_model(), src)
+    proc = run_convert(src, tmp_path / "a.safetensors", "--no-progress")
+    assert proc.returncode == 0 and proc.stderr == ""
+    proc = run_convert(src, tmp_path / "b.safetensors")  # stderr is a pipe here: no bar
+    assert proc.returncode == 0 and proc.stderr == ""
+
+    # stderr a terminal: a bar by default, none with --no-progress.
+    for out, flags in ((tmp_path / "c.safetensors", ()),
+                       (tmp_path / "d.safetensors", ("--no-progress",))):
+        master, slave = os.openpty()
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("FASTPERSIST_")}
+            env["FASTPERSIST_PYTHON"] = sys.executable
+            code = subprocess.run([CLI, "convert", str(src), str(out), *flags],
+                                  stdout=subprocess.PIPE, stderr=slave, timeout=300,
+                                  env=env).returncode
+        finally:
+            os.close(slave)
+        tty = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the writer is gone and everything was read
+                break
+            if not chunk:
+                break
+            tty += chunk
+        os.close(master)
+        assert code == 0, tty
+        text = tty.decode().replace("\r\n", "\n")  # the terminal turns "\n" into "\r\n"
+        if flags:
+            assert text == ""
+        else:
+            assert set(bar_lines(text)) == {f"convert read {src}", f"convert write {out}"}
+
+
+def test_convert_progress_flags_exclude_each_other(tmp_path):
+    src = tmp_path / "model.pt"
+    torch.save(flat_model(), src)
+    out = tmp_path / "o.safetensors"
+    proc = run_convert(src, out, "--progress", "--no-progress")
+    assert proc.returncode == 2 and "excludes" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "fastpersist.convert", str(src), str(out),
+                           "--no-progress", "--progress"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "not allowed with" in proc.stderr
+    assert not out.exists()
+
+
+def test_convert_bar_looks_like_the_verify_bar(root):
+    # The Python bar (fastpersist/_progress.py) draws what the C++ one (tools/progress.h) does.
+    from fastpersist._progress import ProgressBar
+
+    proc = run_cli_keeping_cr("verify", root / "step-00000100", "--progress", "--json")
+    assert proc.returncode == 0, proc.stderr
+    checked = json.loads(proc.stdout)["checkpoints"][0]["bytes_checked"]
+    final = proc.stderr.rstrip("\n").split("\r")[-1]
+    assert final.startswith(ProgressBar.render("verify step-00000100", checked, checked, 0) + "  ")
 
 
 def test_convert_nested_state_with_tag_and_prefix(tmp_path):
