@@ -92,6 +92,17 @@ class CheckpointReader {
   Result<ReadResult> read(const std::vector<TensorReadRequest>& requests, bool verify,
                           uint64_t max_in_flight_bytes = 0, uint64_t max_gap_bytes = 1 << 20);
 
+  // Streams tensor `tensor`'s bytes in file order, in pieces of at most `piece_bytes` (a
+  // positive multiple of 4096, so no element of any dtype straddles two pieces):
+  // `sink(offset_in_tensor, data, size)` gets each piece while the next one is read. The
+  // memory used is two buffers of piece_bytes + 8 KiB, whatever the tensor's size: this is how
+  // a bounded load converts a tensor larger than its budget. With `verify` the checksum of all
+  // the pieces is checked after the last one (kDataLoss): the sink has then seen the damaged
+  // bytes, so a caller that filled its own memory must treat it as not loaded. A non-OK
+  // status from the sink stops the stream and is returned.
+  using PieceSink = std::function<Status(uint64_t offset, const std::byte* data, size_t size)>;
+  Status read_pieces(size_t tensor, uint64_t piece_bytes, bool verify, const PieceSink& sink);
+
   // The whole objects sidecar (empty when the checkpoint has none), checksum-checked.
   Result<std::string> read_objects();
 

@@ -125,6 +125,37 @@ class PyCheckpointReader {
     return {spans, placement};
   }
 
+  // sink(offset_in_tensor, memoryview) for each piece of tensor `tensor`, in order (see
+  // CheckpointReader::read_pieces). The memoryview is released after each call: the sink must
+  // not keep it (a tensor still viewing it makes the release, and so the read, fail). An
+  // exception from the sink stops the stream and propagates.
+  void read_pieces(size_t tensor, uint64_t piece_bytes, bool verify, nb::callable sink) {
+    std::optional<nb::python_error> raised;
+    Status st = without_gil([&] {
+      return reader_->read_pieces(
+          tensor, piece_bytes, verify, [&](uint64_t offset, const std::byte* data, size_t size) {
+            nb::gil_scoped_acquire gil;
+            try {
+              nb::object view = nb::steal(PyMemoryView_FromMemory(
+                  reinterpret_cast<char*>(const_cast<std::byte*>(data)), static_cast<Py_ssize_t>(size),
+                  PyBUF_WRITE));
+              if (!view.is_valid()) throw nb::python_error();
+              sink(offset, view);
+              view.attr("release")();
+              return Status::ok();
+            } catch (nb::python_error& e) {
+              raised.emplace(std::move(e));
+              return Status(StatusCode::kInternal, "the piece sink raised");
+            }
+          });
+    });
+    if (raised) {
+      raised->restore();
+      throw nb::python_error();
+    }
+    check(st);
+  }
+
   nb::bytes read_objects() {
     std::string bytes = unwrap(without_gil([&] { return reader_->read_objects(); }));
     return nb::bytes(bytes.data(), bytes.size());
@@ -196,6 +227,8 @@ void bind_checkpoint(nb::module_& m) {
       .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)
       .def("read", &PyCheckpointReader::read, "requests"_a, "verify"_a, "max_in_flight_bytes"_a,
            "max_gap_bytes"_a)
+      .def("read_pieces", &PyCheckpointReader::read_pieces, "tensor"_a, "piece_bytes"_a, "verify"_a,
+           "sink"_a)
       .def("read_objects", &PyCheckpointReader::read_objects)
       .def("manifest_json", &PyCheckpointReader::manifest_json)
       .def_prop_ro("dir", &PyCheckpointReader::dir);

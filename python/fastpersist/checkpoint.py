@@ -419,7 +419,8 @@ class CheckpointManager:
             strict: raise on missing/unexpected names and shape mismatches (all listed).
             verify: check every tensor's checksum (raises CheckpointCorruptError).
             max_memory: cap on the bytes read at a time (bytes or "1GiB"); in-place loads of a
-                large checkpoint then need little extra memory.
+                large checkpoint then need little extra memory. Tensors larger than the cap
+                that are converted (dtype, device) stream through it in pieces.
             weights_only: restrict what the sidecar may unpickle (see checkpoint_state).
         """
         name = self._resolve(tag)

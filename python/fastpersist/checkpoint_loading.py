@@ -97,6 +97,48 @@ def _device(map_location: Any) -> Optional[torch.device]:
     raise TypeError("map_location must be None, a device string or a torch.device")
 
 
+def _to_stream(via_span: Sequence[str], tensors: List[Dict[str, Any]], index: Mapping[str, int],
+               needed: Mapping[str, Optional[torch.Tensor]], dtype: DtypeSpec,
+               device: Optional[torch.device], budget: int) -> List[str]:
+    """The tensors that a bounded load reads in pieces: larger than the budget, and converted
+    (another dtype or device) or copied into a contiguous destination. Others are read whole:
+    into a span that becomes the result without a copy, or (a non-contiguous destination)
+    into one span of the tensor's size, the one case where a load may exceed max_memory."""
+    if not budget:
+        return []
+    out = []
+    for target in via_span:
+        t = tensors[index[target]]
+        if t["length"] <= budget:
+            continue
+        d = needed[target]
+        stored = SAFETENSORS_TO_DTYPE[t["dtype"]]
+        if d is not None:
+            if d.is_contiguous():
+                out.append(target)
+        elif device is not None or _target_dtype(target, stored, dtype) != stored:
+            out.append(target)
+    return out
+
+
+def _stream_into(reader: Any, tensor: int, stored: torch.dtype, out: torch.Tensor, verify: bool,
+                 budget: int) -> None:
+    """Fills the contiguous `out` with tensor `tensor`, converted piece by piece (two pieces of
+    about budget / 2 in flight: one read while the other is converted)."""
+    piece_bytes = max(4096, budget // 2 // 4096 * 4096)
+    itemsize = torch.empty((), dtype=stored).element_size()
+    with torch.no_grad():
+        flat = out.view(-1)
+
+        def sink(offset: int, piece: memoryview) -> None:
+            src = torch.frombuffer(piece, dtype=stored)
+            start = offset // itemsize
+            flat[start:start + src.numel()].copy_(src)
+            del src  # the piece's memory is reused once this returns
+
+        reader.read_pieces(tensor, piece_bytes, verify, sink)
+
+
 def load_checkpoint_dir(
     path: str,
     engine_options: Any,
@@ -123,6 +165,12 @@ def load_checkpoint_dir(
     index = {t["name"]: i for i, t in enumerate(tensors)}
     aliases: Dict[str, str] = dict(manifest.get("aliases", {}))
     all_names = [t["name"] for t in tensors] + list(aliases)
+    if strict and isinstance(dtype, Mapping):
+        unknown = sorted(n for n in dtype if n not in index and n not in aliases)
+        if unknown:
+            raise ValueError(f"dtype= names tensors that checkpoint {path} does not have: "
+                             f"{', '.join(map(str, unknown[:20]))}" + (" ..." if len(unknown) > 20 else "")
+                             + ". Pass strict=False to ignore them.")
     dtype = _dtype_by_stored_name(dtype, aliases)
     selected, missing = _selection(keys, all_names)
 
@@ -192,9 +240,29 @@ def load_checkpoint_dir(
             bytes_read += sum(tensors[index[t]]["length"] for t in direct_names)
             progress(bytes_read, to_read)
 
+    # A tensor larger than the budget that must be converted (dtype, device) or copied into a
+    # destination streams in pieces into its final memory: the bytes in flight stay within
+    # max_memory whatever the tensor's size.
+    device = _device(map_location)
+    streamed = _to_stream(via_span, tensors, index, needed, dtype, device, budget)
+    for target in streamed:
+        t = tensors[index[target]]
+        stored_dtype = SAFETENSORS_TO_DTYPE[t["dtype"]]
+        out = needed[target]
+        if out is None:
+            out = torch.empty(tuple(t["shape"]), dtype=_target_dtype(target, stored_dtype, dtype),
+                              device=device or "cpu")
+        _stream_into(reader, index[target], stored_dtype, out, verify, budget)
+        loaded[target] = out
+        if progress is not None:
+            bytes_read += t["length"]
+            progress(bytes_read, to_read)
+    if streamed:
+        streamed_set = set(streamed)
+        via_span = [target for target in via_span if target not in streamed_set]
+
     # Span reads, in batches of at most max_memory bytes when bounded (or smaller ones to report
     # progress between them).
-    device = _device(map_location)
     batch_limit = budget
     if progress is not None:
         batch_limit = min(budget or _PROGRESS_BATCH_BYTES, _PROGRESS_BATCH_BYTES)

@@ -260,6 +260,87 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   return out;
 }
 
+Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool verify,
+                                     const PieceSink& sink) {
+  if (tensor >= manifest_.tensors.size()) {
+    return Status(StatusCode::kInvalidArgument, "tensor index out of range");
+  }
+  if (piece_bytes == 0 || piece_bytes % kReadAlignment != 0) {
+    return Status(StatusCode::kInvalidArgument, "piece_bytes must be a positive multiple of 4096");
+  }
+  if (manifest_.checksum_algorithm == kNoChecksum) verify = false;
+  const ManifestTensor& t = manifest_.tensors[tensor];
+  const ManifestFile* f = manifest_.find_file(t.file);
+  if (f == nullptr) return Status(StatusCode::kInternal, "manifest names no file '" + t.file + "'");
+  if (verify) FP_RETURN_IF_ERROR(check_file_header(dir_, *f));
+  const std::string path = checkpoint::join_path(dir_, t.file);
+
+  // Two slots: the sink works on one while the next piece is read into the other.
+  struct Slot {
+    PinnedBuffer buffer;
+    IoTicket ticket;
+    uint64_t pos = 0;  // offset in the tensor
+    size_t size = 0;   // tensor bytes in this piece
+    size_t skip = 0;   // bytes before them in the buffer (the read starts 4096-aligned)
+  };
+  std::vector<Slot> slots(2);
+  for (Slot& slot : slots) {
+    FP_ASSIGN_OR_RETURN(slot.buffer, PinnedBuffer::allocate(static_cast<size_t>(piece_bytes + 2 * kReadAlignment),
+                                                            /*lock_memory=*/false));
+  }
+  auto submit = [&](Slot& slot, uint64_t pos) -> Status {
+    slot.pos = pos;
+    slot.size = static_cast<size_t>(std::min(piece_bytes, t.length - pos));
+    uint64_t begin = align_down(t.offset + pos, kReadAlignment);
+    uint64_t end = std::min(align_up(t.offset + pos + slot.size, kReadAlignment), f->size);
+    slot.skip = static_cast<size_t>(t.offset + pos - begin);
+    IoRequest req;
+    req.kind = IoKind::kRead;
+    req.buffer = slot.buffer.data();
+    req.length = end - begin;
+    req.path = path;
+    req.file_offset = begin;
+    FP_ASSIGN_OR_RETURN(slot.ticket, engine_->start(req));
+    return Status::ok();
+  };
+  // Every read in flight is waited for before returning: the slots die with this frame.
+  auto settle = [&](Status st) {
+    for (Slot& slot : slots) {
+      if (slot.ticket.valid()) (void)slot.ticket.wait();
+    }
+    return st;
+  };
+
+  Xxh3Stream hash;
+  if (t.length > 0) {
+    FP_RETURN_IF_ERROR(submit(slots[0], 0));
+    uint64_t next = slots[0].size;
+    for (size_t cur = 0;; cur ^= 1) {
+      Slot& slot = slots[cur];
+      auto done = slot.ticket.wait();
+      slot.ticket = IoTicket();
+      if (!done.is_ok()) return settle(Status(done.status()).with_path(path));
+      if (done.value() < slot.skip + slot.size) {
+        return settle(Status(StatusCode::kDataLoss, "short read of tensor '" + t.name + "' in " + t.file)
+                          .with_path(path)
+                          .with_range(t.offset + slot.pos, slot.size));
+      }
+      if (next < t.length) {
+        Status st = submit(slots[cur ^ 1], next);
+        if (!st.is_ok()) return settle(st);
+        next += slots[cur ^ 1].size;
+      }
+      const std::byte* data = slot.buffer.data() + slot.skip;
+      if (verify) hash.update(data, slot.size);
+      Status st = sink(slot.pos, data, slot.size);
+      if (!st.is_ok()) return settle(st);
+      if (slot.pos + slot.size == t.length) break;
+    }
+  }
+  if (verify && hash.digest() != t.checksum) return checksum_mismatch(dir_, t, hash.digest());
+  return Status::ok();
+}
+
 Result<std::string> CheckpointReader::read_objects() {
   const ManifestFile* f = manifest_.find_file(checkpoint::kObjectsFileName);
   if (f == nullptr) return std::string();

@@ -134,6 +134,16 @@ def test_dtype_per_name(mgr, gpt2_ckpt):
     assert loaded["model"]["transformer.h.0.ln_1.weight"].dtype == torch.float32
 
 
+def test_dtype_per_name_with_unknown_names(mgr, gpt2_ckpt):
+    # A typo in dtype= would silently load fp32: strict (the default) names it instead.
+    with pytest.raises(ValueError, match=r"dtype= names tensors .* model\.transformer\.wpe\.weihgt"):
+        mgr.load(dtype={"model.transformer.wpe.weihgt": torch.float16})
+    _, _, expected = gpt2_ckpt
+    loaded = mgr.load(dtype={"model.transformer.wpe.weihgt": torch.float16,
+                             "model.transformer.wpe.weight": torch.float16}, strict=False)
+    assert loaded["model"]["transformer.wpe.weight"].dtype == torch.float16
+
+
 def test_dtype_per_name_of_tied_weights(mgr, gpt2_ckpt):
     # Either name of a tied pair converts the one shared tensor: the caller cannot know
     # which of the two names the checkpoint stored.
@@ -258,6 +268,38 @@ def test_bounded_loads_give_identical_results(mgr, gpt2_ckpt, max_memory):
     loaded = mgr.load(max_memory=max_memory)
     assert_state_equal(loaded, expected)
     assert loaded["model"]["lm_head.weight"] is loaded["model"]["transformer.wte.weight"]
+
+
+@pytest.mark.parametrize("max_memory", [1, 4096, "64KiB"])
+def test_bounded_loads_with_dtype_conversion_give_identical_results(mgr, gpt2_ckpt, max_memory):
+    # Tensors larger than the budget are converted piece by piece (read_pieces); the result must
+    # be exactly the unbounded conversion, element for element, tied weights still tied.
+    expected = mgr.load(dtype=torch.bfloat16)
+    loaded = mgr.load(dtype=torch.bfloat16, max_memory=max_memory)
+    assert_state_equal(loaded, expected)
+    assert loaded["model"]["lm_head.weight"] is loaded["model"]["transformer.wte.weight"]
+    assert loaded["model"]["lm_head.weight"].dtype == torch.bfloat16
+
+
+def test_bounded_converting_load_detects_damage(tmp_path):
+    w = torch.randn(1 << 18)  # 1 MiB, streamed in pieces of 32 KiB below
+    with fastpersist.CheckpointManager(tmp_path, durable=False) as m:
+        m.save(1, {"w": w})
+        manifest = json.loads((tmp_path / "step-00000001" / "manifest.json").read_text())
+        (entry,) = manifest["tensors"]
+        path = tmp_path / "step-00000001" / entry["file"]
+        with open(path, "r+b") as f:
+            f.seek(entry["offset"] + entry["length"] - 3)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x10]))
+        dest = {"w": torch.zeros(1 << 18, dtype=torch.bfloat16)}
+        with pytest.raises(fastpersist.CheckpointCorruptError, match="'w'"):
+            m.load(into=dest, max_memory="64KiB")
+        with pytest.raises(fastpersist.CheckpointCorruptError, match="'w'"):
+            m.load(dtype=torch.float16, max_memory="64KiB")
+        loaded = m.load(dtype=torch.float64, max_memory="64KiB", verify=False)
+        assert (loaded["w"] != w.double()).sum().item() == 1
 
 
 @pytest.mark.parametrize("where", ["cpu", torch.device("cpu"), None])
@@ -425,6 +467,50 @@ _RSS_SCRIPT = textwrap.dedent(r"""
     new_memory = peak() - base
     print(json.dumps({"in_place": in_place, "new_memory": new_memory, "ok": ok}))
 """)
+
+
+_CONVERT_RSS_SCRIPT = _RSS_SCRIPT[:_RSS_SCRIPT.index("\ndest = ") + 1] + textwrap.dedent(r"""
+    n = rows * cols
+    expected = torch.arange(n, dtype=torch.float32).to(torch.bfloat16)
+    dest = torch.full((n,), -1, dtype=torch.bfloat16)
+    fastpersist.load_checkpoint(path, into={"w": dest}, max_memory="4MiB")  # warm up
+    dest.fill_(-1)
+    base = reset_peak()
+    fastpersist.load_checkpoint(path, into={"w": dest}, max_memory="4MiB")
+    into_bounded = peak() - base
+    ok = torch.equal(dest, expected)
+    base = reset_peak()
+    out = fastpersist.load_checkpoint(path, dtype=torch.bfloat16, max_memory="4MiB")
+    new_bounded = peak() - base
+    ok = ok and torch.equal(out["w"], expected)
+    del out
+    # Control: unbounded, the fp32 tensor is read whole before it is converted.
+    base = reset_peak()
+    fastpersist.load_checkpoint(path, into={"w": dest})
+    into_unbounded = peak() - base
+    print(json.dumps({"into_bounded": into_bounded, "new_bounded": new_bounded,
+                      "into_unbounded": into_unbounded, "ok": ok}))
+""")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_bounded_converting_load_stays_within_its_budget(tmp_path):
+    # One 64 MiB fp32 tensor loaded as bf16 with max_memory=4MiB: it streams in pieces, so the
+    # peak stays near the budget, not the tensor (an in-place load) or tensor + result (new).
+    n = 1 << 24
+    with fastpersist.CheckpointManager(tmp_path, durable=False) as m:
+        m.save(1, {"w": torch.arange(n, dtype=torch.float32)})
+    script = tmp_path / "rss_convert.py"
+    script.write_text(_CONVERT_RSS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "step-00000001"), "1",
+                           str(n)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"]
+    mib = 1 << 20
+    assert result["into_unbounded"] > 48 * mib, result  # the measurement sees a whole read
+    assert result["into_bounded"] < 16 * mib, result
+    assert result["new_bounded"] < (32 + 16) * mib, result  # the 32 MiB result + the budget
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
