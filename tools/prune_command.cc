@@ -3,6 +3,8 @@
 // root now, through a CheckpointManager, so it takes the root's lock (a training job that is
 // writing there makes it fail cleanly instead of racing it) and removes each checkpoint the
 // safe way (renamed aside first). The newest checkpoint is always kept. --dry-run only lists.
+// --verify reads the checkpoints it would keep: bit rot in the newest ones does not make it
+// delete the last intact one.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@ struct Args {
   std::optional<int64_t> keep_every;
   bool dry_run = false;
   bool json = false;
+  bool verify = false;
 };
 
 std::string lock_message(const Status& st) {
@@ -66,14 +69,19 @@ std::vector<std::string> tags_of(const std::vector<CheckpointInfo>& infos) {
 }
 
 int report(const Args& a, const std::vector<std::string>& removed,
-           const std::vector<std::string>& kept, const std::string& note) {
+           const std::vector<std::string>& kept, const std::vector<std::string>& damaged,
+           const std::string& note) {
   if (a.json) {
     nlohmann::ordered_json j = {
         {"root", a.root}, {"dry_run", a.dry_run}, {"removed", removed}, {"kept", kept}};
+    if (a.verify) j["damaged"] = damaged;
     if (!note.empty()) j["note"] = note;
     std::cout << j.dump(2) << "\n";
     std::cout.flush();
     return kExitOk;
+  }
+  for (const std::string& d : damaged) {
+    std::cout << "damaged (fails verification, does not count towards --keep-last): " << d << "\n";
   }
   const char* verb = a.dry_run ? "would remove " : "removed ";
   for (const std::string& tag : removed) std::cout << verb << tag << "\n";
@@ -108,34 +116,47 @@ int run(const Args& a) {
   }
   const std::optional<unsigned> keep_last = a.keep_last;
 
+  auto options = engine_options_from_env();
+  if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
+
   if (a.dry_run) {
     // Changes nothing: no debris cleanup, no lock kept. Says whether a real prune could lock.
     std::string note = lock_holder(a.root);
     if (!note.empty()) note = "a real prune would fail now: " + note;
     auto scan = checkpoint::scan_root(a.root);
     if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
+    const std::vector<CheckpointInfo> listed = scan->committed;
+    std::vector<std::string> damaged;
+    if (a.verify) {
+      auto engine = IoEngine::create(*options);
+      if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
+      damaged = checkpoint::demote_damaged(&*scan, a.keep_last, [&](const CheckpointInfo& c) {
+        auto r = verify_checkpoint(a.root + "/" + c.tag, **engine);
+        if (!r.is_ok()) return r.status().to_string();
+        return r->problems.empty() ? std::string() : r->problems.front();
+      });
+    }
     std::vector<std::string> removed = checkpoint::select_all_for_removal(*scan, keep_last, a.keep_every);
     std::set<std::string> gone(removed.begin(), removed.end());
     std::vector<std::string> kept;
-    for (const CheckpointInfo& c : scan->committed) {
+    for (const CheckpointInfo& c : listed) {
       if (gone.count(c.tag) == 0) kept.push_back(c.tag);
     }
-    return report(a, removed, kept, note);
+    return report(a, removed, kept, damaged, note);
   }
 
-  auto options = engine_options_from_env();
-  if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
   CheckpointOptions copts;
   copts.engine = *options;
   auto manager = CheckpointManager::open(a.root, copts);
   if (!manager.is_ok()) return fail(kCommand, lock_message(manager.status()), kExitFailure);
-  auto removed = (*manager)->prune(keep_last, a.keep_every);
+  std::vector<std::string> damaged;
+  auto removed = (*manager)->prune(keep_last, a.keep_every, a.verify, &damaged);
   auto remaining = (*manager)->list();
   Status closed = (*manager)->close();
   if (!removed.is_ok()) return fail(kCommand, removed.status().to_string(), kExitFailure);
   if (!closed.is_ok()) return fail(kCommand, closed.to_string(), kExitFailure);
   return report(a, *removed, remaining.is_ok() ? tags_of(*remaining) : std::vector<std::string>{},
-                "");
+                damaged, "");
 }
 
 }  // namespace
@@ -154,6 +175,9 @@ Command add_prune_command(CLI::App& parent) {
                   "Also keep every checkpoint whose step is a multiple of K")
       ->check(CLI::Range(int64_t{1}, INT64_MAX));
   app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
+  app->add_flag("--verify", args->verify,
+                "Check the checksums of the checkpoints that would be kept (newest first); one "
+                "that fails does not count towards --keep-last, so an older intact one stays");
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] { return run(*args); }};
 }

@@ -168,8 +168,13 @@ class CheckpointManager {
   Status remove(const std::string& tag);
   // Applies keep_last / keep_every now (save() applies them after each commit). Never removes
   // the newest committed checkpoint. Returns the removed tags.
+  // With `verify`, the checkpoints that would be kept as the newest keep_last are first read
+  // and checked against their checksums, newest first: one that fails (bit rot) does not count,
+  // so an older intact one is kept in its place, and it is itself treated as damaged (kept while
+  // it is the newest). `damaged_found` (optional) receives "tag: problem" for each.
   Result<std::vector<std::string>> prune(std::optional<unsigned> keep_last,
-                                         std::optional<int64_t> keep_every);
+                                         std::optional<int64_t> keep_every, bool verify = false,
+                                         std::vector<std::string>* damaged_found = nullptr);
 
   struct Impl;
 

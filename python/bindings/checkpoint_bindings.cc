@@ -218,10 +218,14 @@ void bind_checkpoint(nb::module_& m) {
         check(without_gil([&] { return s.get().remove(tag); }));
       })
       .def("prune",
-           [](PyCheckpointManager& s, std::optional<unsigned> keep_last, std::optional<int64_t> keep_every) {
-             return unwrap(without_gil([&] { return s.get().prune(keep_last, keep_every); }));
+           [](PyCheckpointManager& s, std::optional<unsigned> keep_last, std::optional<int64_t> keep_every,
+              bool verify) {
+             std::vector<std::string> damaged;
+             auto removed =
+                 unwrap(without_gil([&] { return s.get().prune(keep_last, keep_every, verify, &damaged); }));
+             return std::make_pair(removed, damaged);
            },
-           "keep_last"_a.none(), "keep_every"_a.none());
+           "keep_last"_a.none(), "keep_every"_a.none(), "verify"_a = false);
 
   nb::class_<PyCheckpointReader>(m, "CheckpointReader")
       .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)

@@ -458,9 +458,19 @@ class CheckpointManager:
     def remove(self, tag: Union[int, str]) -> None:
         self._core_manager().remove(tag_for(tag))
 
-    def prune(self, keep_last: Optional[int] = None, keep_every: Optional[int] = None) -> List[str]:
-        """Applies a retention policy now; returns the removed tags."""
-        return list(self._core_manager().prune(keep_last, keep_every))
+    def prune(self, keep_last: Optional[int] = None, keep_every: Optional[int] = None, *,
+              verify: bool = False) -> List[str]:
+        """Applies a retention policy now; returns the removed tags.
+
+        With ``verify`` the checkpoints that would be kept as the newest ``keep_last`` are read
+        and checked against their checksums first: one that fails does not count, so an older
+        intact one stays, and it is warned about (kept while it is the newest).
+        """
+        removed, damaged = self._core_manager().prune(keep_last, keep_every, verify)
+        for entry in damaged:
+            warnings.warn(f"fastpersist: damaged checkpoint (fails verification): {entry}",
+                          stacklevel=2)
+        return list(removed)
 
     def export_hf(self, tag: Union[int, str], out_dir: PathLike, *, config: Any = None,
                   prefix: str = "model.", max_shard_size: Size = "5GB") -> List[str]:

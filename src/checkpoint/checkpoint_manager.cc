@@ -110,8 +110,18 @@ struct CheckpointManager::Impl {
   // Removes what the policy selects; `keep_tag` (the one just committed) is never removed.
   Result<std::vector<std::string>> prune_now(std::optional<unsigned> keep_last,
                                              std::optional<int64_t> keep_every,
-                                             const std::string& keep_tag) {
+                                             const std::string& keep_tag, bool verify = false,
+                                             std::vector<std::string>* damaged_found = nullptr) {
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+    if (verify && keep_last) {
+      std::vector<std::string> found =
+          checkpoint::demote_damaged(&scan, *keep_last, [&](const CheckpointInfo& c) -> std::string {
+            auto report = verify_checkpoint(join_path(root, c.tag), *engine);
+            if (!report.is_ok()) return report.status().to_string();
+            return report->problems.empty() ? std::string() : report->problems.front();
+          });
+      if (damaged_found != nullptr) *damaged_found = std::move(found);
+    }
     std::vector<std::string> removed;
     Status first_error;
     size_t failed = 0;
@@ -340,12 +350,13 @@ Status CheckpointManager::remove(const std::string& tag) {
 }
 
 Result<std::vector<std::string>> CheckpointManager::prune(std::optional<unsigned> keep_last,
-                                                          std::optional<int64_t> keep_every) {
+                                                          std::optional<int64_t> keep_every, bool verify,
+                                                          std::vector<std::string>* damaged_found) {
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
   }
-  return impl_->prune_now(keep_last, keep_every, "");
+  return impl_->prune_now(keep_last, keep_every, "", verify, damaged_found);
 }
 
 }  // namespace fastpersist

@@ -2,6 +2,7 @@
 #include "checkpoint/retention.h"
 
 #include <algorithm>
+#include <cstddef>
 
 namespace fastpersist::checkpoint {
 namespace {
@@ -41,6 +42,26 @@ std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::o
     if (newer >= keep) remove.push_back(d.tag);
   }
   return remove;
+}
+
+std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
+                                        const std::function<std::string(const CheckpointInfo&)>& check) {
+  std::vector<std::string> found;
+  const size_t want = std::max<size_t>(keep_last, 1);
+  size_t intact = 0;
+  std::vector<CheckpointInfo>& committed = scan->committed;
+  for (size_t i = committed.size(); i-- > 0 && intact < want;) {
+    std::string problem = check(committed[i]);
+    if (problem.empty()) {
+      ++intact;
+      continue;
+    }
+    const CheckpointInfo& c = committed[i];
+    found.push_back(c.tag + ": " + problem);
+    scan->damaged.push_back({c.tag, problem, c.sequence, c.step});
+    committed.erase(committed.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return found;
 }
 
 std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,15 @@ std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& c
 // The damaged checkpoints the same policy removes (see above).
 std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
                                                     std::optional<int64_t> keep_every);
+
+// For a verified prune: checks committed checkpoints newest first with `check` ("" when
+// intact, else the problem) until `keep_last` of them are intact (at least one is looked for).
+// Each one that is not moves from scan->committed to scan->damaged: it no longer counts towards
+// keep_last, so an older intact checkpoint is kept in its place, and it is removed only as
+// damaged checkpoints are (never when it is the newest). Older checkpoints are not read.
+// Returns "tag: problem" for each one moved.
+std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
+                                        const std::function<std::string(const CheckpointInfo&)>& check);
 
 // Everything the policy removes from a root: committed tags (oldest first), then damaged ones.
 std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,

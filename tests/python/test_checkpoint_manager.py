@@ -6,6 +6,7 @@ staging settings."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -335,6 +336,22 @@ def test_failed_retention_warns_and_does_not_fail_the_save(tmp_path):
         handle.wait()
         assert handle.retention_error is None
         assert mgr.list() == [tag_for(4)]
+
+
+def test_verified_prune_keeps_the_newest_intact_checkpoint(tmp_path):
+    with _manager(tmp_path) as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, {"x": torch.full((4096,), float(step))})
+        newest = tmp_path / tag_for(3)
+        entry = json.loads((newest / "manifest.json").read_text())["tensors"][0]
+        with open(newest / entry["file"], "r+b") as f:
+            f.seek(entry["offset"] + 100)
+            f.write(b"\x7f")
+        with pytest.warns(UserWarning, match=f"damaged checkpoint .*{tag_for(3)}: .*'x'"):
+            assert mgr.prune(keep_last=1, verify=True) == [tag_for(1)]
+        assert mgr.list() == [tag_for(2), tag_for(3)]
+        with pytest.warns(UserWarning, match=f"skipping damaged checkpoint {tag_for(3)}"):
+            assert mgr.resume()[0] == tag_for(2)
 
 
 def test_keep_every_alone_keeps_everything(tmp_path):

@@ -377,6 +377,37 @@ def test_prune_keep_last(root):
                                        "kept": [TAGS[-1]]}
 
 
+def _rot_a_byte(ckpt):
+    """Flips one byte in the middle of the checkpoint's first tensor: sizes stay right, so
+    only a checksum check notices."""
+    m = json.loads((ckpt / "manifest.json").read_text())
+    t = m["tensors"][0]
+    with open(ckpt / t["file"], "r+b") as f:
+        f.seek(t["offset"] + t["length"] // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0x20]))
+    return t["name"]
+
+
+def test_prune_verify_keeps_the_newest_intact_checkpoint(root):
+    name = _rot_a_byte(root / TAGS[-1])
+    dry = json.loads(run_cli("prune", root, "--keep-last", "1", "--verify", "--dry-run",
+                             "--json").stdout)
+    assert dry["removed"] == [TAGS[0]]
+    assert len(dry["damaged"]) == 1 and dry["damaged"][0].startswith(TAGS[-1] + ": ")
+    assert name in dry["damaged"][0]
+    proc = run_cli("prune", root, "--keep-last", "1", "--verify")
+    assert proc.returncode == 0, proc.stderr
+    assert f"damaged (fails verification, does not count towards --keep-last): {TAGS[-1]}" \
+        in proc.stdout
+    assert "removed step-00000100" in proc.stdout and "removed step-00000200" not in proc.stdout
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-")) == TAGS[1:]
+    # Without --verify the cheap checks pass, and the last intact checkpoint would go.
+    j = json.loads(run_cli("prune", root, "--keep-last", "1", "--dry-run", "--json").stdout)
+    assert j["removed"] == [TAGS[1]] and "damaged" not in j
+
+
 def test_prune_keep_every_keeps_milestones(root):
     proc = run_cli("prune", root, "--keep-last", "1", "--keep-every", "200", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -12,6 +12,7 @@
 #include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/manifest.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -114,6 +115,53 @@ TEST_F(RetentionTest, FailedRetentionDoesNotFailTheCommittedSave) {
   FP_EXPECT_OK(p.retention_status());
   EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-3"}));
   expect_no_debris();
+}
+
+// A verified prune reads the checkpoints it would keep: bit rot in the newest one must not
+// make it delete the last intact one. Unverified, the listing's cheap checks pass and the
+// intact one goes.
+TEST_F(RetentionTest, VerifiedPruneKeepsTheNewestIntactCheckpoint) {
+  CheckpointOptions o = small_options();
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  save_steps(*mgr, 1, 4);
+  FP_ASSERT_OK_AND_ASSIGN(Manifest m, read_manifest(dir_.file("step-4")));
+  const ManifestTensor& t = m.tensors.front();
+  flip_byte(dir_.file("step-4") + "/" + t.file, t.offset + t.length / 2);
+
+  std::vector<std::string> damaged;
+  FP_ASSERT_OK_AND_ASSIGN(auto removed, mgr->prune(1, std::nullopt, /*verify=*/true, &damaged));
+  EXPECT_EQ(removed, (Tags{"step-1", "step-2"}));
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].rfind("step-4: ", 0), 0u) << damaged[0];
+  EXPECT_NE(damaged[0].find("'w'"), std::string::npos) << damaged[0];
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-3", "step-4"}));  // the damaged one is newest
+
+  FP_ASSERT_OK_AND_ASSIGN(removed, mgr->prune(1, std::nullopt));  // unverified
+  EXPECT_EQ(removed, (Tags{"step-3"}));
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-4"}));
+  expect_no_debris();
+}
+
+TEST(DemoteDamagedTest, ChecksNewestFirstUntilEnoughAreIntact) {
+  checkpoint::RootScan scan;
+  for (uint64_t seq = 1; seq <= 6; ++seq) {
+    scan.committed.push_back({"t" + std::to_string(seq), static_cast<int64_t>(seq), seq, 0, 0, 0, 0});
+  }
+  std::vector<std::string> checked;
+  auto found = checkpoint::demote_damaged(&scan, 2, [&](const CheckpointInfo& c) {
+    checked.push_back(c.tag);
+    return (c.tag == "t6" || c.tag == "t4") ? std::string("bad bytes") : std::string();
+  });
+  EXPECT_EQ(checked, (Tags{"t6", "t5", "t4", "t3"}));  // t2 and t1 are not read
+  EXPECT_EQ(found, (Tags{"t6: bad bytes", "t4: bad bytes"}));
+  std::vector<std::string> committed;
+  for (const CheckpointInfo& c : scan.committed) committed.push_back(c.tag);
+  EXPECT_EQ(committed, (Tags{"t1", "t2", "t3", "t5"}));
+  ASSERT_EQ(scan.damaged.size(), 2u);
+  EXPECT_EQ(scan.damaged[0].sequence, std::optional<uint64_t>(6));
+  // keep_last 2: t3 and t5 stay; t4 (damaged, only t5 intact and newer) and t6 (damaged,
+  // newest) stay; t1 and t2 go.
+  EXPECT_EQ(checkpoint::select_all_for_removal(scan, 2, std::nullopt), (Tags{"t1", "t2"}));
 }
 
 TEST_F(RetentionTest, KeepEveryKeepsMilestones) {
