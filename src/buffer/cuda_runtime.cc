@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace fastpersist::buffer {
 namespace {
@@ -17,10 +18,15 @@ CudaRuntime load() {
     rt.reason = "disabled by FASTPERSIST_DISABLE_CUDA";
     return rt;
   }
-  // Newest first; an already-loaded copy (e.g. PyTorch's) is found by its soname.
-  for (const char* name :
-       {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}) {
-    void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  // A copy already loaded in the process (PyTorch's) comes first, whatever its version: a
+  // second, newer runtime from the system might need a newer driver than torch's. Then the
+  // newest found on the loader path.
+  const char* names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"};
+  std::vector<std::pair<const char*, int>> attempts;
+  for (const char* name : names) attempts.emplace_back(name, RTLD_NOLOAD);
+  for (const char* name : names) attempts.emplace_back(name, 0);
+  for (const auto& [name, mode] : attempts) {
+    void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL | mode);
     if (lib == nullptr) continue;
     auto sym = [lib](const char* symbol) { return ::dlsym(lib, symbol); };
     CudaRuntime found;
@@ -28,6 +34,7 @@ CudaRuntime load() {
         reinterpret_cast<int (*)(void*, size_t, unsigned)>(sym("cudaHostRegister"));
     found.host_unregister = reinterpret_cast<int (*)(void*)>(sym("cudaHostUnregister"));
     found.set_device = reinterpret_cast<int (*)(int)>(sym("cudaSetDevice"));
+    found.get_device = reinterpret_cast<int (*)(int*)>(sym("cudaGetDevice"));
     found.stream_create_with_flags =
         reinterpret_cast<int (*)(CudaStream*, unsigned)>(sym("cudaStreamCreateWithFlags"));
     found.stream_destroy = reinterpret_cast<int (*)(CudaStream)>(sym("cudaStreamDestroy"));
@@ -36,9 +43,10 @@ CudaRuntime load() {
     found.stream_synchronize = reinterpret_cast<int (*)(CudaStream)>(sym("cudaStreamSynchronize"));
     found.get_error_string = reinterpret_cast<const char* (*)(int)>(sym("cudaGetErrorString"));
     if (found.host_register == nullptr || found.host_unregister == nullptr ||
-        found.set_device == nullptr || found.stream_create_with_flags == nullptr ||
-        found.stream_destroy == nullptr || found.memcpy_async == nullptr ||
-        found.stream_synchronize == nullptr || found.get_error_string == nullptr) {
+        found.set_device == nullptr || found.get_device == nullptr ||
+        found.stream_create_with_flags == nullptr || found.stream_destroy == nullptr ||
+        found.memcpy_async == nullptr || found.stream_synchronize == nullptr ||
+        found.get_error_string == nullptr) {
       ::dlclose(lib);
       continue;
     }

@@ -75,8 +75,15 @@ ThreadStreams& thread_streams() {
 }  // namespace
 
 Status device_copy_ready(int device) {
+  // Called on the user's thread: put its current device back (torch's ops without an explicit
+  // device follow it).
+  const CudaRuntime& rt = cuda_runtime();
+  int previous = -1;
+  if (rt.available && rt.get_device(&previous) != kCudaSuccess) previous = -1;
   CudaStream stream = nullptr;
-  return thread_streams().stream_for(device, &stream);
+  Status st = thread_streams().stream_for(device, &stream);
+  if (previous >= 0 && previous != device) rt.set_device(previous);
+  return st;
 }
 
 Status copy_from_device(void* dst, const void* src, size_t bytes, int device) {

@@ -14,6 +14,7 @@ namespace fastpersist::buffer {
 
 // OK when device-to-host copies from `device` can run in this process (the runtime loaded, the
 // device selectable, a stream created); otherwise the reason, ready for an error message.
+// Leaves the calling thread's current device as it was.
 Status device_copy_ready(int device);
 
 // Copies `bytes` from `src` (memory of CUDA device `device`) to `dst` (host memory; pinned or

@@ -94,3 +94,16 @@ def test_work_queued_before_save_async_is_in_the_snapshot(tmp_path):  # pragma: 
         mgr.save_async(0, {"x": x}).wait()
         loaded = mgr.load()
     assert torch.equal(loaded["x"], torch.full((1 << 24,), 20.0))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs two CUDA devices")
+def test_the_callers_current_device_is_left_alone(tmp_path):  # pragma: no cover
+    # The first save of a device's tensors probes that device on the caller's thread; the
+    # caller's current device (which torch ops without a device use) must not change.
+    torch.cuda.set_device(0)
+    x = torch.arange(1 << 20, device="cuda:1", dtype=torch.float32)
+    with fastpersist.CheckpointManager(tmp_path / "r") as mgr:
+        mgr.save(1, {"x": x})
+        assert torch.cuda.current_device() == 0
+        assert torch.equal(mgr.load()["x"], x.cpu())
