@@ -29,6 +29,15 @@ using std::chrono::seconds;
 class SaveLoadTest : public ::testing::Test {
  protected:
   std::string root() const { return dir_.file("ckpts"); }
+  // Saves `state` as checkpoint "a" under root() and opens a reader on it.
+  void save_and_open(const TestState& state, std::unique_ptr<CheckpointReader>* reader) {
+    FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root(), small_options()));
+    FP_ASSERT_OK(mgr->save("a", state.content()));
+    FP_ASSERT_OK(mgr->close());
+    auto engine = make_engine();
+    ASSERT_NE(engine, nullptr);
+    FP_ASSERT_OK_AND_ASSIGN(*reader, CheckpointReader::open(root() + "/a", engine));
+  }
   TempDir dir_;
 };
 
@@ -59,11 +68,8 @@ TEST_F(SaveLoadTest, MixedStateRoundTripsAcrossSeveralFiles) {
 
 TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
   TestState state = mixed_state(7);
-  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root(), small_options()));
-  FP_ASSERT_OK(mgr->save("a", state.content()));
-  auto engine = make_engine();
-  ASSERT_NE(engine, nullptr);
-  FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(root() + "/a", engine));
+  std::unique_ptr<CheckpointReader> reader;
+  ASSERT_NO_FATAL_FAILURE(save_and_open(state, &reader));
   const Manifest& m = reader->manifest();
 
   // Every tensor into the caller's memory (misaligned on purpose for odd ones), bounded.
@@ -131,11 +137,8 @@ TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
 // flipped byte fails verification after the last piece; a sink error stops the stream.
 TEST_F(SaveLoadTest, ReadPiecesStreamsEveryTensorInOrder) {
   TestState state = mixed_state(9);
-  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root(), small_options()));
-  FP_ASSERT_OK(mgr->save("a", state.content()));
-  auto engine = make_engine();
-  ASSERT_NE(engine, nullptr);
-  FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(root() + "/a", engine));
+  std::unique_ptr<CheckpointReader> reader;
+  ASSERT_NO_FATAL_FAILURE(save_and_open(state, &reader));
   const Manifest& m = reader->manifest();
   for (uint64_t piece : {uint64_t{4096}, uint64_t{12288}, uint64_t{64} * kKiB, uint64_t{1} << 20}) {
     for (size_t i = 0; i < m.tensors.size(); ++i) {
