@@ -119,6 +119,8 @@ class FastFileWriter {
   bool owns(uint64_t stream_offset) const;
   uint64_t own_range_end(uint64_t stream_offset, uint64_t limit) const;
   Status write_own(const std::byte* p, size_t n);
+  // Whether bytes at `p`, stream position `pos`, up to `run_end`, may skip the staging copy.
+  bool zero_copy_candidate(const std::byte* p, uint64_t pos, uint64_t run_end) const;
   Status drain();
   Status wait_half(int half);
   Status wait_all();

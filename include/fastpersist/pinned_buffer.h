@@ -24,8 +24,12 @@ class PinnedBuffer {
   PinnedBuffer() = default;
   // Page-aligned memory of at least `bytes` (rounded up to whole pages), zero-filled. With
   // `lock_memory` false the memory is only aligned (for large read buffers that need O_DIRECT
-  // alignment but should not count against the memlock limit).
-  static Result<PinnedBuffer> allocate(size_t bytes, bool lock_memory = true);
+  // alignment but should not count against the memlock limit). Locked memory is also
+  // registered with the CUDA runtime when one is loaded, unless `cuda_register` is false: the
+  // registration acts on the calling thread's current device and creates its CUDA context if
+  // there is none, so threads that have not selected a device (background workers) pass false
+  // and call register_with_cuda() once they have.
+  static Result<PinnedBuffer> allocate(size_t bytes, bool lock_memory = true, bool cuda_register = true);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
@@ -37,6 +41,9 @@ class PinnedBuffer {
   size_t capacity() const { return capacity_; }  // whole pages actually reserved
   bool locked() const { return locked_; }
   bool cuda_registered() const { return cuda_registered_; }
+  // Registers the memory with the CUDA runtime (page-locked for DMA) if it is not yet; OK when
+  // registered, else why not. Failures leave no pending CUDA error behind.
+  Status register_with_cuda();
   bool contains(const void* p, size_t n) const;
 
  private:

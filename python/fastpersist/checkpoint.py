@@ -72,6 +72,11 @@ class CheckpointInfo:
 
 
 _NO_DEVICE = -1
+# Tensors up to this size are copied when save_async is called, not by the background snapshot:
+# a model's forward pass updates some of them in place (BatchNorm's running statistics and
+# batch counter), and the optimizer hook guards only optimizer.step(). Such tensors are small;
+# weights and optimizer moments, which only step() modifies, are snapshotted in the background.
+_COPY_AT_CALL_BYTES = 1 << 20
 _device_copy_ready: Dict[int, bool] = {}
 
 
@@ -291,7 +296,9 @@ class CheckpointManager:
 
         The tensors are snapshotted into pinned staging memory in the background: do not modify
         them until ``handle.snapshot_done()`` (an optimizer hooked with :meth:`hook_optimizer`
-        waits for that by itself). Raises here the failure of an earlier save nobody waited for.
+        waits for that by itself). Tensors of at most 1 MiB (BatchNorm statistics, counters,
+        which a forward pass may update in place) are copied right here instead. Raises here
+        the failure of an earlier save nobody waited for.
         """
         tag = tag_for(step_or_tag)
         step = step_or_tag if isinstance(step_or_tag, int) else None
@@ -307,8 +314,11 @@ class CheckpointManager:
         devices: "set[int]" = set()
         for name, t in flat.tensors:
             src, device = _source_tensor(t)
-            keepalive.append(src)
             nbytes = src.numel() * src.element_size()
+            if (0 < nbytes <= _COPY_AT_CALL_BYTES
+                    and src.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()):
+                src = src.clone()  # on its device; a GPU clone is covered by the sync below
+            keepalive.append(src)
             if nbytes and device != _NO_DEVICE:
                 devices.add(device)
             tensors.append((name, DTYPE_TO_SAFETENSORS[src.dtype], list(src.shape),

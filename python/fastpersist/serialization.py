@@ -92,9 +92,10 @@ def save(
         use_legacy_format: ``_use_new_zipfile_serialization=False``.
         pinned_d2h: GPU storages are copied to the host through page-locked memory (torch's
             ``use_pinned_memory_for_d2h``, torch >= 2.7; in the zip format). That copy is a DMA
-            at full PCIe speed instead of a staged pageable one, and the page-aligned result,
-            at a 4096-aligned file offset, is written straight to the file with O_DIRECT
-            (``zero_copy_bytes`` in the statistics) without passing through the writer's
+            at full PCIe speed instead of a staged pageable one. When torch's pinned block is
+            aligned for O_DIRECT (its default allocator, cudaHostAlloc, gives page-aligned
+            blocks), the storage, at a 4096-aligned file offset, is written straight to the
+            file (``zero_copy_bytes`` in the statistics) without passing through the writer's
             buffer. CPU tensors are not affected.
         writer_options: passed to :class:`FastFileWriter` (io_buffer_mb, single_io_buffer,
             durable, backend, block_size, queue_depth, intra_op_parallelism, progress, ...; for

@@ -34,7 +34,6 @@ CudaRuntime load() {
         reinterpret_cast<int (*)(void*, size_t, unsigned)>(sym("cudaHostRegister"));
     found.host_unregister = reinterpret_cast<int (*)(void*)>(sym("cudaHostUnregister"));
     found.set_device = reinterpret_cast<int (*)(int)>(sym("cudaSetDevice"));
-    found.get_device = reinterpret_cast<int (*)(int*)>(sym("cudaGetDevice"));
     found.stream_create_with_flags =
         reinterpret_cast<int (*)(CudaStream*, unsigned)>(sym("cudaStreamCreateWithFlags"));
     found.stream_destroy = reinterpret_cast<int (*)(CudaStream)>(sym("cudaStreamDestroy"));
@@ -42,11 +41,12 @@ CudaRuntime load() {
         sym("cudaMemcpyAsync"));
     found.stream_synchronize = reinterpret_cast<int (*)(CudaStream)>(sym("cudaStreamSynchronize"));
     found.get_error_string = reinterpret_cast<const char* (*)(int)>(sym("cudaGetErrorString"));
+    found.get_last_error = reinterpret_cast<int (*)()>(sym("cudaGetLastError"));
     if (found.host_register == nullptr || found.host_unregister == nullptr ||
-        found.set_device == nullptr || found.get_device == nullptr ||
-        found.stream_create_with_flags == nullptr || found.stream_destroy == nullptr ||
-        found.memcpy_async == nullptr || found.stream_synchronize == nullptr ||
-        found.get_error_string == nullptr) {
+        found.set_device == nullptr || found.stream_create_with_flags == nullptr ||
+        found.stream_destroy == nullptr || found.memcpy_async == nullptr ||
+        found.stream_synchronize == nullptr || found.get_error_string == nullptr ||
+        found.get_last_error == nullptr) {
       ::dlclose(lib);
       continue;
     }

@@ -28,13 +28,13 @@ struct CudaRuntime {
   int (*host_unregister)(void* ptr) = nullptr;
   // Device-to-host copies (checkpoint snapshots of GPU tensors).
   int (*set_device)(int device) = nullptr;
-  int (*get_device)(int* device) = nullptr;
   int (*stream_create_with_flags)(CudaStream* stream, unsigned flags) = nullptr;
   int (*stream_destroy)(CudaStream stream) = nullptr;
   int (*memcpy_async)(void* dst, const void* src, size_t bytes, int kind,
                       CudaStream stream) = nullptr;
   int (*stream_synchronize)(CudaStream stream) = nullptr;
   const char* (*get_error_string)(int error) = nullptr;
+  int (*get_last_error)() = nullptr;  // returns and clears the thread's last error
 };
 
 // Loaded once per process; thread-safe.

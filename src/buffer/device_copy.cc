@@ -2,6 +2,7 @@
 #include "buffer/device_copy.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "buffer/cuda_runtime.h"
@@ -75,15 +76,25 @@ ThreadStreams& thread_streams() {
 }  // namespace
 
 Status device_copy_ready(int device) {
-  // Called on the user's thread: put its current device back (torch's ops without an explicit
-  // device follow it).
-  const CudaRuntime& rt = cuda_runtime();
-  int previous = -1;
-  if (rt.available && rt.get_device(&previous) != kCudaSuccess) previous = -1;
-  CudaStream stream = nullptr;
-  Status st = thread_streams().stream_for(device, &stream);
-  if (previous >= 0 && previous != device) rt.set_device(previous);
+  // On a thread of its own: selecting the device on the caller's thread would change the device
+  // that torch's ops use there, and putting it back could create a context on device 0. The
+  // probe's stream goes with its thread.
+  Status st;
+  std::thread probe([&] {
+    CudaStream stream = nullptr;
+    st = thread_streams().stream_for(device, &stream);
+  });
+  probe.join();
   return st;
+}
+
+Status prepare_copy_target(PinnedBuffer& window, int device) {
+  CudaStream stream = nullptr;
+  FP_RETURN_IF_ERROR(thread_streams().stream_for(device, &stream));
+  // Now on `device`, so the registration goes to its context. Unregistered memory still works
+  // (the runtime stages the copy), only slower.
+  (void)window.register_with_cuda();
+  return Status::ok();
 }
 
 Status copy_from_device(void* dst, const void* src, size_t bytes, int device) {

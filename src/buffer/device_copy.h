@@ -8,14 +8,21 @@
 
 #include <cstddef>
 
+#include "fastpersist/pinned_buffer.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::buffer {
 
 // OK when device-to-host copies from `device` can run in this process (the runtime loaded, the
 // device selectable, a stream created); otherwise the reason, ready for an error message.
-// Leaves the calling thread's current device as it was.
+// Probes on a short-lived thread of its own: the caller's current device is not touched.
 Status device_copy_ready(int device);
+
+// Makes `device` current on this thread (a copying thread) and registers `window` with the
+// CUDA runtime there, once, so copies into it are DMA at full speed. Staging memory is not
+// registered when it is allocated: a background thread that has not selected a device would
+// register it with, and create a context on, device 0.
+Status prepare_copy_target(PinnedBuffer& window, int device);
 
 // Copies `bytes` from `src` (memory of CUDA device `device`) to `dst` (host memory; pinned or
 // registered memory makes it a DMA at full speed) and waits until the bytes are there.

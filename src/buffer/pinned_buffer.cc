@@ -72,7 +72,7 @@ void* map_huge_aligned(size_t bytes) {
 
 }  // namespace
 
-Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory) {
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory, bool cuda_register) {
   PinnedBuffer b;
   b.size_ = bytes;
   b.capacity_ = align_up(std::max<size_t>(bytes, 1), page_size());
@@ -103,9 +103,25 @@ Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory) {
   } else {
     warn_unlocked_once(b.capacity_, errno);
   }
-  const buffer::CudaRuntime& cuda = buffer::cuda_runtime();
-  if (cuda.available && cuda.host_register(p, b.capacity_, 0) == 0) b.cuda_registered_ = true;
+  if (cuda_register && buffer::cuda_runtime().available) (void)b.register_with_cuda();  // optional
   return b;
+}
+
+Status PinnedBuffer::register_with_cuda() {
+  if (cuda_registered_) return Status::ok();
+  if (data_ == nullptr) return Status(StatusCode::kInvalidArgument, "no memory to register");
+  const buffer::CudaRuntime& cuda = buffer::cuda_runtime();
+  if (!cuda.available) return Status(StatusCode::kUnavailable, "no CUDA runtime: " + cuda.reason);
+  int rc = cuda.host_register(data_, capacity_, 0);
+  if (rc != buffer::kCudaSuccess) {
+    // Clear the thread's last CUDA error, or torch's next launch check on this thread would
+    // report it as its own.
+    (void)cuda.get_last_error();
+    return Status(StatusCode::kUnavailable, std::string("cudaHostRegister failed: ") +
+                                                (cuda.get_error_string(rc) ? cuda.get_error_string(rc) : "?"));
+  }
+  cuda_registered_ = true;
+  return Status::ok();
 }
 
 PinnedBuffer::~PinnedBuffer() { release(); }

@@ -39,10 +39,11 @@ class SourceCursor {
     advance_empty();
   }
 
-  // Copies up to `n` bytes into `dst`; `*copied` says how many. Host memory is copied in
+  // Copies up to `n` bytes into `window`; `*copied` says how many. Host memory is copied in
   // kCopyChunk pieces, each hashed right away while it is in cache. Device memory goes in one
   // DMA per tensor and window (one synchronization each), then is hashed from the window.
-  Status copy(std::byte* dst, size_t n, size_t* copied) {
+  Status copy(PinnedBuffer& window, size_t n, size_t* copied) {
+    std::byte* dst = window.data();
     size_t done = 0;
     Status st;
     while (done < n && !finished()) {
@@ -51,7 +52,8 @@ class SourceCursor {
       size_t take = 0;
       if (int device = piece_device(); device >= 0) {
         take = std::min(left, n - done);
-        st = buffer::copy_from_device(dst + done, src + pos_, take, device);
+        st = buffer::prepare_copy_target(window, device);
+        if (st.is_ok()) st = buffer::copy_from_device(dst + done, src + pos_, take, device);
         if (!st.is_ok()) {
           st = Status(st.code(), "snapshot of tensor '" + piece_name() + "': " + st.message());
           break;
@@ -182,7 +184,7 @@ Status write_shard(const ShardWriteArgs& a, ShardChecksums* out) {
     std::unique_ptr<PinnedBuffer> w = std::move(window).value();
     size_t n = static_cast<size_t>(std::min<uint64_t>(a.pool->window_bytes(), file.size - file_pos));
     size_t copied = 0;
-    Status copy_status = cursor.copy(w->data(), n, &copied);
+    Status copy_status = cursor.copy(*w, n, &copied);
     if (!copy_status.is_ok() || copied != n) {
       a.pool->release(std::move(w));
       first = !copy_status.is_ok()

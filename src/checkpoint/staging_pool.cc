@@ -20,7 +20,9 @@ Result<std::unique_ptr<PinnedBuffer>> StagingPool::take_locked(std::unique_lock<
   if (allocated_ >= max_windows_) return std::unique_ptr<PinnedBuffer>();
   ++allocated_;
   lock.unlock();  // page faulting a window in takes a while; others may proceed
-  auto buffer = PinnedBuffer::allocate(window_bytes_, lock_memory_);
+  // Not registered with CUDA here: this runs on a background thread with no device selected
+  // (device_copy.h registers a window once a GPU tensor is copied into it).
+  auto buffer = PinnedBuffer::allocate(window_bytes_, lock_memory_, /*cuda_register=*/false);
   lock.lock();
   if (!buffer.is_ok()) {
     --allocated_;

@@ -152,6 +152,11 @@ Status FastFileWriter::write(const void* data, size_t bytes) {
   return st;
 }
 
+bool FastFileWriter::zero_copy_candidate(const std::byte* p, uint64_t pos, uint64_t run_end) const {
+  return options_.zero_copy && align_down(run_end - pos, kStreamAlignment) >= options_.zero_copy_min_bytes &&
+         is_aligned(pos, kStreamAlignment) && is_aligned(p, impl_->memory_alignment);
+}
+
 Status FastFileWriter::write_own(const std::byte* p, size_t n) {
   const uint64_t end = pos_ + n;
   while (pos_ < end) {
@@ -161,11 +166,17 @@ Status FastFileWriter::write_own(const std::byte* p, size_t n) {
       pos_ = run_end;
       continue;
     }
+    // An aligned run at an aligned position after some staged bytes (torch.save's storages,
+    // 4096-aligned in the file, follow its small records): send the staged bytes first, so the
+    // run can go zero-copy. They end at an aligned position, so the partial half is a valid
+    // O_DIRECT write.
+    if (fill_ != 0 && zero_copy_candidate(p, pos_, run_end) && is_aligned(cur_start_, kStreamAlignment)) {
+      FP_RETURN_IF_ERROR(drain());
+    }
     if (fill_ == 0) {
       cur_start_ = pos_;
       uint64_t run = align_down(run_end - pos_, kStreamAlignment);
-      if (options_.zero_copy && run >= options_.zero_copy_min_bytes &&
-          is_aligned(pos_, kStreamAlignment) && is_aligned(p, impl_->memory_alignment)) {
+      if (zero_copy_candidate(p, pos_, run_end)) {
         FP_RETURN_IF_ERROR(ensure_allocated(pos_ + run));
         // The caller's memory is only ours until we return: finish this request before that.
         IoRequest r{IoKind::kWrite, const_cast<std::byte*>(p), run, "", impl_->fd.get(), pos_};

@@ -171,6 +171,31 @@ def test_wait_snapshots_then_tensors_may_change(tmp_path):
             assert_state_equal(mgr.load(i), expected[i])
 
 
+def test_forward_right_after_save_async_does_not_change_the_snapshot(tmp_path):
+    # BatchNorm updates its running statistics and batch counter in place during forward:
+    # a training loop that runs its next forward pass while the snapshot is still streaming
+    # (a small staging budget and a large weight keep it busy) must still save the values of
+    # the moment save_async was called.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.BatchNorm1d(2048),
+                                torch.nn.Linear(2048, 4096))
+    model.train()
+    x = torch.randn(16, 2048)
+    model(x)
+    with _manager(tmp_path, staging_budget="1MiB", staging_window="256KiB") as mgr:
+        for step in range(3):
+            state = model.state_dict()
+            expected = clone_state(state)
+            handle = mgr.save_async(step, state)
+            forwards = 0
+            while not handle.snapshot_done() or forwards == 0:
+                model(x)  # changes 1.running_mean, 1.running_var, 1.num_batches_tracked
+                forwards += 1
+            handle.wait()
+            assert_state_equal(mgr.load(step), expected)
+            assert state["1.num_batches_tracked"].item() == expected["1.num_batches_tracked"].item() + forwards
+
+
 @pytest.mark.parametrize("staging", [{}, {"staging_budget": "1MiB", "staging_window": "256KiB"}],
                          ids=["unbounded", "budget"])
 def test_hooked_optimizer_step_waits_for_the_snapshot(tmp_path, staging):

@@ -165,5 +165,25 @@ TEST(CudaRuntime, ReportsWhyWhenAbsent) {
   }
 }
 
+// Registration is explicit for memory allocated without it: OK and idempotent where a GPU is
+// usable; otherwise a clear reason (no runtime, or CUDA's own words where the runtime is there
+// but no device or driver is, as in CI) and the buffer stays usable, unregistered.
+TEST(CudaRuntime, RegisterWithCudaRegistersOnceOrSaysWhyNot) {
+  auto b = PinnedBuffer::allocate(1 << 20, /*lock_memory=*/true, /*cuda_register=*/false);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_FALSE(b->cuda_registered());
+  Status st = b->register_with_cuda();
+  if (st.is_ok()) {
+    EXPECT_TRUE(b->cuda_registered());
+    EXPECT_TRUE(b->register_with_cuda().is_ok());
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+    EXPECT_FALSE(b->cuda_registered());
+    const char* want = cuda_runtime_info().available ? "cudaHostRegister failed" : "no CUDA runtime";
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.to_string();
+    b->data()[0] = std::byte{1};
+  }
+}
+
 }  // namespace
 }  // namespace fastpersist
