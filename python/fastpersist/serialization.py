@@ -40,7 +40,9 @@ def _torch() -> Any:
 
 @contextlib.contextmanager
 def _fast_save_settings(align: bool, crc32: bool, pinned_d2h: bool = True) -> Iterator[None]:
-    """Temporarily sets torch's serialization config (global state: restored on exit)."""
+    """Temporarily sets torch's serialization config, restored on exit. torch keeps these
+    overrides per thread (torch.utils._config_module), so saves in several threads at once
+    do not see each other's settings."""
     torch = _torch()
     try:
         from torch.utils.serialization import config  # torch >= 2.7
