@@ -121,47 +121,6 @@ def test_gpu_storages_are_copied_through_pinned_memory(tmp_path, pinned_d2h):
     assert _serialization_config() == before
 
 
-def test_concurrent_saves_restore_torch_settings(tmp_path):
-    # Four saves with different settings are held inside torch.save at the same time (a
-    # barrier in pickling) and finish in the order they started. torch keeps config overrides
-    # per thread; were they global, each save restoring what it saw at its start would leave
-    # another save's settings behind. Either way nothing may be left changed.
-    import threading
-    import time
-
-    before = _serialization_config()
-    barrier = threading.Barrier(4)
-    errors = []
-
-    class Rendezvous:
-        def __init__(self, delay):
-            self.delay = delay
-
-        def __reduce__(self):
-            barrier.wait(timeout=30)
-            time.sleep(self.delay)
-            return (dict, ())  # loads back as {}
-
-    def worker(k):
-        try:
-            time.sleep(0.05 * k)  # start in order 0..3
-            fastpersist.save({"t": torch.arange(1000), "r": Rendezvous(0.05 * k)},
-                             tmp_path / f"{k}.pt", durable=False, compute_crc32=bool(k % 2))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    assert _serialization_config() == before
-    for k in range(4):
-        assert torch.equal(torch.load(tmp_path / f"{k}.pt", weights_only=False)["t"],
-                           torch.arange(1000))
-
-
 def test_pickle_protocol_is_passed_to_torch(tmp_path):
     obj = {"t": torch.arange(10), "s": "text"}
     fastpersist.save(obj, tmp_path / "p4.pt", pickle_protocol=4)
