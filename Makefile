@@ -7,8 +7,9 @@
 #   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
+#   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`
 #   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
-#   make clean     remove build/ (keeps .venv)
+#   make clean     remove build/, build-asan/, build-tsan/ (keeps .venv)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -29,6 +30,9 @@ VENV_PY    := $(VENV)/bin/python
 CLI        := $(BUILD_DIR)/tools/fastpersist
 STAMPS     := $(VENV)/.fastpersist-stamps
 
+# Configure, build and test presets of these names in CMakePresets.json, built in build-<name>/.
+SANITIZERS := asan tsan
+
 APT_PACKAGES := build-essential cmake ninja-build pkg-config python3 python3-venv python3-dev \
   liburing-dev libaio-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev \
   libxxhash-dev fio e2fsprogs xfsprogs
@@ -39,7 +43,8 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
       \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \
          -o -name '*.typed' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: all deps venv build python test test-cpp test-python demo clean distclean
+.PHONY: all deps venv build python test test-cpp test-python demo clean distclean \
+  sanitize $(SANITIZERS:%=sanitize-%)
 
 all: test
 
@@ -84,6 +89,22 @@ $(STAMPS)/installed: $(STAMPS)/requirements $(PY_SOURCES)
 	  --config-settings=cmake.define.FASTPERSIST_WERROR=ON .
 	@touch $@
 
+# ---------------------------------------------------------------------------- sanitizers
+# The C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer,
+# one build folder each (build-asan/, build-tsan/). The test presets set ASAN_OPTIONS,
+# UBSAN_OPTIONS and TSAN_OPTIONS (halt on the first report) and TSan's suppressions file.
+# `make -k sanitize` runs the TSan tests even when an ASan test failed.
+sanitize: $(SANITIZERS:%=sanitize-%)
+
+# Configured once; a changed preset reconfigures, ninja re-runs cmake when a CMakeLists changed.
+$(SANITIZERS:%=build-%/build.ninja): build-%/build.ninja: CMakePresets.json | deps
+	$(CMAKE) --preset $*
+	@touch $@
+
+$(SANITIZERS:%=sanitize-%): sanitize-%: build-%/build.ninja
+	$(CMAKE) --build --preset $* -j $(JOBS)
+	$(CTEST) --preset $* --output-on-failure $(CTEST_ARGS)
+
 # ---------------------------------------------------------------------------- test / demo
 test: test-cpp test-python
 
@@ -109,7 +130,7 @@ demo: build python
 	  --rounds 1 --skip-overlap
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%)
 	rm -f $(STAMPS)/installed
 
 distclean: clean

@@ -81,6 +81,8 @@ int fail(const std::string& command, const std::string& message, int code) {
 }
 
 std::string iso_time_utc(double unix_seconds) {
+  // A damaged manifest may hold any number; casting one beyond time_t's range is undefined.
+  if (!(unix_seconds > -1e15 && unix_seconds < 1e15)) return "?";
   std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
   if (::gmtime_r(&t, &tm) == nullptr) return "?";

@@ -29,7 +29,8 @@ PathInfo classify_path(const std::string& path);
 // "fastpersist <command>: error: <message>" on stderr; returns `code`.
 int fail(const std::string& command, const std::string& message, int code);
 
-// Seconds since the epoch as ISO 8601 UTC, to the second: "2024-05-01T12:00:00Z".
+// Seconds since the epoch as ISO 8601 UTC, to the second: "2024-05-01T12:00:00Z"; "?" when no
+// date can be made of them.
 std::string iso_time_utc(double unix_seconds);
 // "[2, 3]", "[]" for a scalar.
 std::string shape_string(const std::vector<uint64_t>& shape);

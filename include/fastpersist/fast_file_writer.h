@@ -55,7 +55,8 @@ struct FastFileWriterOptions {
   unsigned writer_rank = 0;
   size_t stripe_bytes = size_t{32} << 20;     // multiple of 4096
   // How long a parallel writer's close() that does not complete the set waits for the others to
-  // commit the file; 0: return as soon as its own stripes are durable and recorded. Finite, >= 0.
+  // commit the file; 0: return as soon as its own stripes are durable and recorded. Finite, >= 0;
+  // a century or more waits without a deadline.
   double commit_timeout_seconds = 0;
   // Grow the file with fallocate() ahead of the writes, in steps that double up to
   // `preallocate_max_bytes` (at least 256 MiB), and truncate it to the stream size at close.

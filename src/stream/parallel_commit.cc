@@ -37,6 +37,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
+// Commit timeouts this long never expire (a century of nanoseconds is far from int64 overflow).
+constexpr auto kLongestTimeout = std::chrono::hours(24 * 365 * 100);
 
 std::string lock_path_of(const std::string& partial) { return partial + ".lock"; }
 std::string done_path_of(const std::string& partial) { return partial + ".done"; }
@@ -208,8 +210,11 @@ Status give_up(UniqueFd& fd, const ParallelWriter& w, const DoneRecord& mine) {
 // Step 4.
 Status wait_for_commit(UniqueFd& fd, const ParallelWriter& w, const DoneRecord& mine,
                        ParallelCloseResult* result) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(w.commit_timeout_seconds));
+  // Not converted unchecked: a "wait forever" like 1e300 s would overflow the clock's ticks.
+  const std::chrono::duration<double> timeout(w.commit_timeout_seconds);
+  const auto deadline = timeout < kLongestTimeout
+                            ? Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout)
+                            : Clock::time_point::max();
   for (;;) {
     FP_ASSIGN_OR_RETURN(SharedFile seen, observe(fd, w));
     auto now = Clock::now();

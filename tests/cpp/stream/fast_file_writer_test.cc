@@ -219,9 +219,11 @@ TEST(FastFileWriter, BadArgumentsAreClearErrors) {
 
 // N writers each see the whole stream and persist their stripes; the result is one file.
 void run_parallel_writers(const std::string& path, std::span<const std::byte> data, unsigned n,
-                          size_t stripe, std::vector<Status>* results, std::vector<bool>* committed) {
+                          size_t stripe, std::vector<Status>* results, std::vector<char>* committed) {
   results->assign(n, Status());
-  committed->assign(n, false);
+  // char, not bool: std::vector<bool> packs the flags into shared words, so writer threads
+  // setting their own flags would race.
+  committed->assign(n, 0);
   std::vector<std::thread> threads;
   for (unsigned r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -249,7 +251,7 @@ TEST(FastFileWriterParallel, ThreadsProduceTheSingleWritersFile) {
   for (unsigned n : {1u, 2u, 3u, 8u}) {
     TempDir dir;
     std::vector<Status> results;
-    std::vector<bool> committed;
+    std::vector<char> committed;
     run_parallel_writers(dir.file("p.pt"), data, n, 1 << 20, &results, &committed);
     int commits = 0;
     for (unsigned r = 0; r < n; ++r) {

@@ -248,6 +248,33 @@ TEST(FastFileWriterParallel, ConcurrentClosesWithATimeoutAllSeeTheCommit) {
   }
 }
 
+// Regression: a timeout too long for the clock (1e300 s, a "wait forever") overflowed when it was
+// converted to clock ticks (undefined; on x86 a deadline in the past), so the first close timed
+// out at once instead of waiting for the other writer.
+TEST(FastFileWriterParallel, AHugeCommitTimeoutWaitsForTheOtherWriters) {
+  auto data = testing::random_bytes((1 << 20) + 5, 38);
+  for (double timeout : {1e10, 1e300, std::numeric_limits<double>::max()}) {
+    TempDir dir;
+    const std::string target = dir.file("h.pt");
+    std::vector<Writer> w = open_and_write(target, 2, data, timeout);
+    ASSERT_EQ(w.size(), 2u);
+    CloseOutcome first;
+    std::thread waiter([&] {
+      first.status = w[0]->close();
+      first.file_committed = w[0]->file_committed();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 is waiting now
+    FP_EXPECT_OK(w[1]->close());
+    waiter.join();
+    EXPECT_TRUE(first.status.is_ok()) << timeout << ": " << first.status.to_string();
+    EXPECT_TRUE(first.file_committed) << timeout;
+    auto back = testing::read_whole_file(target);
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ("", testing::first_difference(data, *back));
+    EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"h.pt"});
+  }
+}
+
 // Writers that serialized different bytes (a non-deterministic stream) never commit; with a
 // timeout every close says so, naming the ranks, and the last one out removes everything.
 TEST(FastFileWriterParallel, DifferentBytesTimeOutNamingTheRanks) {

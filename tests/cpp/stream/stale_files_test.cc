@@ -104,11 +104,13 @@ TEST(StaleTempFiles, TheNextWriterOfThePathRemovesADeadWritersTemporary) {
 
 TEST(StaleTempFiles, ALivingWritersTemporaryIsNeverRemoved) {
   TempDir dir;
+  // The dead writer first: forking while the live writer's threads run would leave the child
+  // to start threads in a copy of a multi-threaded process (which ThreadSanitizer refuses).
+  die_while_writing(dir.file("dead.pt"), 4096);
   auto live = FastFileWriter::open(dir.file("live.pt"));
   ASSERT_TRUE(live.is_ok());
   auto data = testing::random_bytes(1 << 20, 4);
   ASSERT_TRUE((*live)->write(data.data(), data.size()).is_ok());
-  die_while_writing(dir.file("dead.pt"), 4096);
 
   auto report = remove_stale_temp_files(dir.path());
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
