@@ -130,11 +130,7 @@ int run(const Args& a) {
     if (a.verify) {
       auto engine = IoEngine::create(*options);
       if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
-      damaged = checkpoint::demote_damaged(&*scan, a.keep_last, [&](const CheckpointInfo& c) {
-        auto r = verify_checkpoint(a.root + "/" + c.tag, **engine);
-        if (!r.is_ok()) return r.status().to_string();
-        return r->problems.empty() ? std::string() : r->problems.front();
-      });
+      damaged = checkpoint::demote_damaged(&*scan, a.keep_last, a.root, **engine);
     }
     std::vector<std::string> removed = checkpoint::select_all_for_removal(*scan, keep_last, a.keep_every);
     std::set<std::string> gone(removed.begin(), removed.end());

@@ -114,12 +114,7 @@ struct CheckpointManager::Impl {
                                              std::vector<std::string>* damaged_found = nullptr) {
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
     if (verify && keep_last) {
-      std::vector<std::string> found =
-          checkpoint::demote_damaged(&scan, *keep_last, [&](const CheckpointInfo& c) -> std::string {
-            auto report = verify_checkpoint(join_path(root, c.tag), *engine);
-            if (!report.is_ok()) return report.status().to_string();
-            return report->problems.empty() ? std::string() : report->problems.front();
-          });
+      std::vector<std::string> found = checkpoint::demote_damaged(&scan, *keep_last, root, *engine);
       if (damaged_found != nullptr) *damaged_found = std::move(found);
     }
     std::vector<std::string> removed;

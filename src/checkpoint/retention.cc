@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "checkpoint/checkpoint_fs.h"
+#include "fastpersist/checkpoint_reader.h"
+
 namespace fastpersist::checkpoint {
 namespace {
 
@@ -62,6 +65,15 @@ std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
     committed.erase(committed.begin() + static_cast<std::ptrdiff_t>(i));
   }
   return found;
+}
+
+std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last, const std::string& root,
+                                        IoEngine& engine) {
+  return demote_damaged(scan, keep_last, [&](const CheckpointInfo& c) {
+    auto report = verify_checkpoint(join_path(root, c.tag), engine);
+    if (!report.is_ok()) return report.status().to_string();
+    return report->problems.empty() ? std::string() : report->problems.front();
+  });
 }
 
 std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,

@@ -21,6 +21,7 @@
 
 #include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/io_engine.h"
 
 namespace fastpersist::checkpoint {
 
@@ -41,6 +42,9 @@ std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::o
 // Returns "tag: problem" for each one moved.
 std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
                                         const std::function<std::string(const CheckpointInfo&)>& check);
+// The same, checking each checkpoint of `root` with verify_checkpoint (every checksum).
+std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last, const std::string& root,
+                                        IoEngine& engine);
 
 // Everything the policy removes from a root: committed tags (oldest first), then damaged ones.
 std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,

@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, Iterable, List
 
 import pytest
 import torch
@@ -37,6 +37,16 @@ N_WRITERS = [1, 2, 3, 8]
 STRIPES = {"stripe4KiB": 4096 / _MiB, "stripe64KiB": 64 / 1024}
 FORMATS = {"legacy": True, "zip": False}
 TIMEOUT = 120  # seconds; nothing may hang
+
+
+def run_in_threads(fn: Callable[[Any], None], args: Iterable[Any]) -> None:
+    """Runs fn(a) for each a on its own thread; fails if one is still running after TIMEOUT."""
+    threads = [threading.Thread(target=fn, args=(a,)) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+        assert not t.is_alive(), "a writer thread hangs"
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +104,7 @@ def test_threads_then_ordered_closes(obj, single_writer_file, tmp_path, n, fmt, 
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in writers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-        assert not t.is_alive(), "a writer thread hangs"
+    run_in_threads(run, writers)
     assert not errors, errors
     order = list(range(n))
     random.Random(n * 31 + len(fmt)).shuffle(order)
@@ -134,12 +139,7 @@ def test_threads_closing_concurrently(obj, single_writer_file, tmp_path, n, comm
             errors.append(e)
 
     start = time.monotonic()
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-        assert not t.is_alive(), "a writer thread hangs"
+    run_in_threads(run, range(n))
     assert not errors, errors
     assert time.monotonic() - start < TIMEOUT / 2, "a close sat out its timeout"
     _check_result(path, single_writer_file["zip"], obj, stats)
@@ -159,12 +159,7 @@ def test_fastpersist_save_as_parallel_writers_reports_the_commit(obj, single_wri
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-        assert not t.is_alive(), "a writer thread hangs"
+    run_in_threads(run, range(3))
     assert not errors, errors
     assert sum(r["committed"] for r in results) == 1
     assert all(r["file_committed"] for r in results)
@@ -262,12 +257,7 @@ def test_a_missing_rank_times_out_naming_it(obj, tmp_path):
             errors[rank] = e
         seconds[rank] = time.monotonic() - start
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-        assert not t.is_alive(), "a writer thread hangs"
+    run_in_threads(run, range(2))
     for rank in range(2):
         e = errors.get(rank)
         assert isinstance(e, TimeoutError), f"rank {rank}: {e!r}"
