@@ -259,6 +259,26 @@ Result<Manifest> decode_manifest(std::string_view json, const std::string& path)
   return m;
 }
 
+std::string_view referenced_checkpoint(const ManifestFile& file) {
+  size_t slash = file.name.find('/');
+  if (slash == std::string::npos) return {};
+  return std::string_view(file.name).substr(0, slash);
+}
+
+std::string manifest_file_path(const std::string& checkpoint_dir, const ManifestFile& file) {
+  std::string_view dir = checkpoint_dir;
+  if (referenced_checkpoint(file).empty()) {
+    return std::string(dir) + (dir.ends_with('/') ? "" : "/") + file.name;
+  }
+  // The root is the checkpoint directory's parent.
+  while (dir.size() > 1 && dir.ends_with('/')) dir.remove_suffix(1);
+  size_t slash = dir.rfind('/');
+  std::string root = slash == std::string_view::npos ? std::string(".")
+                     : slash == 0                    ? std::string("/")
+                                                     : std::string(dir.substr(0, slash));
+  return root + (root.ends_with('/') ? "" : "/") + file.name;
+}
+
 Result<Manifest> read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + std::string(kManifestFileName);
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
