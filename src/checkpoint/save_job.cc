@@ -85,16 +85,35 @@ Manifest build_manifest(const SaveJob& job, const std::vector<PlannedFile>& file
   m.aliases = c.aliases;
   for (size_t f = 0; f < files.size(); ++f) {
     const PlannedFile& file = files[f];
-    m.files.push_back({file.name, "tensors", file.size, sums[f].header, file.layout.data_start});
+    ManifestFile data;
+    data.name = file.name;
+    data.role = "tensors";
+    data.size = file.size;
+    data.checksum = sums[f].header;
+    data.checksum_bytes = file.layout.data_start;
+    m.files.push_back(std::move(data));
     for (size_t k = 0; k < file.tensors.size(); ++k) {
       const TensorSource& t = c.tensors[file.tensors[k]];
       const SafetensorsTensor& at = file.layout.tensors[k];
-      m.tensors.push_back({t.name, t.dtype, t.shape, file.name, file.layout.data_start + at.begin,
-                           at.nbytes(), sums[f].tensors[k]});
+      ManifestTensor mt;
+      mt.name = t.name;
+      mt.dtype = t.dtype;
+      mt.shape = t.shape;
+      mt.file = file.name;
+      mt.offset = file.layout.data_start + at.begin;
+      mt.length = at.nbytes();
+      mt.stored_length = mt.length;
+      mt.checksum = sums[f].tensors[k];
+      m.tensors.push_back(std::move(mt));
     }
   }
-  m.files.push_back({std::string(kObjectsFileName), "objects", c.objects.size(), objects_checksum,
-                     c.objects.size()});
+  ManifestFile objects;
+  objects.name = std::string(kObjectsFileName);
+  objects.role = "objects";
+  objects.size = c.objects.size();
+  objects.checksum = objects_checksum;
+  objects.checksum_bytes = c.objects.size();
+  m.files.push_back(std::move(objects));
   // Keep the caller's tensor order in the manifest (it is the order a loader reports).
   std::unordered_map<std::string, size_t> pos;
   for (size_t i = 0; i < c.tensors.size(); ++i) pos[c.tensors[i].name] = i;
