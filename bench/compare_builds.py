@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shlex
@@ -196,7 +197,12 @@ def table(results: Dict[str, Dict[str, dict]]) -> List[dict]:
             better = (c > b) == meta["higher_is_better"]
             overlap = min(vals["baseline"]) <= max(vals["candidate"]) and \
                 min(vals["candidate"]) <= max(vals["baseline"])
-            row["reading"] = "ranges overlap" if overlap else ("better" if better else "WORSE")
+            # Two builds that do not differ at all still give separate ranges this often.
+            chance = 2 / math.comb(len(vals["baseline"]) + len(vals["candidate"]),
+                                   len(vals["baseline"]))
+            row["chance_apart"] = chance
+            row["reading"] = "ranges overlap" if overlap else (
+                f"{'better' if better else 'WORSE'}: ranges apart ({chance:.0%} by chance)")
         rows.append(row)
     return rows
 
@@ -314,7 +320,8 @@ def main() -> int:
         cmd = runner.command("candidate", b.scripts["candidate"], b.args, args.folder, "<json>")
         print(f"{b.label or 'script: '}{b.why}; a candidate run: {shlex.join(cmd)}")
     print("medians over every value of every run; 'ranges overlap': this run cannot tell the two "
-          "builds apart on that metric")
+          "builds apart on that metric; 'ranges apart (N% by chance)': how often two identical "
+          "builds would give separate ranges with this many values")
     print()
     print_table(rows)
     print()
