@@ -18,8 +18,11 @@ Which script each interpreter runs (`--scripts`): `candidate` runs the candidate
 under both, so both builds do exactly the same work; `own` runs each tree's own script; `auto`
 (the default) first runs the candidate's script under the baseline on a tiny size and uses it
 for both when that works, each tree's own script otherwise. The output says which, and why.
-Known scripts get default arguments sized for about 10 minutes at --rounds 3 on a 2 GB/s disk
-(see PROFILES); arguments after `--` go to the script after those, so they override them.
+Known scripts get default arguments (PROFILES: one inner round per run, no reference loaders
+where the script can leave them out), so that with gpt2-large and --rounds 3 each script takes
+an estimated 5 to 7 minutes on a 2 GB/s disk. Arguments after `--` go to every script, after
+those defaults, so they override them. Use --rounds 3 or more for a verdict: with 2, both of the
+candidate's runs sit together in the middle of A B B A.
 """
 from __future__ import annotations
 

@@ -166,29 +166,62 @@ def _direct_io_works(folder: Path) -> bool:
     return True
 
 
-def test_real_benchmarks_report_every_compared_metric(tmp_path):
-    """Both real scripts at their smallest sizes, A/A with this interpreter: every metric the
-    lead compares is measured, under both builds, and the tables come out."""
+def _tiny_model_benchmark_ready(folder: Path) -> None:
     pytest.importorskip("transformers")
     if shutil.which("fio") is None:
         pytest.skip("fio is not installed (apt-get install fio)")
-    if not _direct_io_works(tmp_path):
-        pytest.skip(f"{tmp_path}: the filesystem refuses O_DIRECT, which fio's reference needs")
+    if not _direct_io_works(folder):
+        pytest.skip(f"{folder}: the filesystem refuses O_DIRECT, which fio's reference needs")
+
+
+def _compare_a_a(tmp_path: Path, script: str) -> dict:
+    """The real script, A/A with this interpreter, tiny-t5, one round: {metric: row}."""
+    _tiny_model_benchmark_ready(tmp_path)
     out = tmp_path / "out.json"
     r = subprocess.run(
-        [sys.executable, str(COMPARE), "bench/checkpoint_manager_bench.py",
-         "bench/checkpoint_vs_fio.py", "--baseline", sys.executable, "--candidate", sys.executable,
-         "--candidate-tree", str(REPO), "--rounds", "1", "--scripts", "candidate",
+        [sys.executable, str(COMPARE), script, "--baseline", sys.executable, "--candidate",
+         sys.executable, "--candidate-tree", str(REPO), "--rounds", "1", "--scripts", "candidate",
          "--model", "tiny-t5", "--folder", str(tmp_path / "data"), "--json", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = {row["metric"]: row for row in json.loads(out.read_text())["rows"]}
+    return {row["metric"]: row for row in json.loads(out.read_text())["rows"]}
+
+
+def test_several_scripts_prefix_their_metrics_with_the_scripts_name(tmp_path):
+    cand = make_tree(tmp_path / "cand", "candidate")
+    shutil.copy(cand / "bench" / "fake_bench.py", cand / "bench" / "other_bench.py")
+    python = str(cand / ".venv" / "bin" / "python")
+    r = subprocess.run([sys.executable, str(COMPARE), "bench/fake_bench.py",
+                        "bench/other_bench.py", "--baseline", python, "--candidate", python,
+                        "--candidate-tree", str(cand), "--rounds", "1", "--scripts", "candidate",
+                        "--folder", str(tmp_path / "data")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "| fake_bench: speed | GB/s |" in r.stdout
+    assert "| other_bench: speed | GB/s |" in r.stdout
+    assert len(order(tmp_path)) == 4, "each build runs both scripts once"
+
+
+def test_manager_bench_reads_checkpoint_files_smaller_than_fios_block(tmp_path):
+    """tiny-t5's data file (0.9 MB) made fio's 8 MiB-block read fail; every metric the lead
+    compares is measured under both builds, and save_async's blocking is over the sync save's
+    time (it was divided by the save without checksums, which --no-references leaves out)."""
+    rows = _compare_a_a(tmp_path, "bench/checkpoint_manager_bench.py")
     for name in ["save", "save_async_block", "load", "load_into", "verify", "fio_write",
                  "fio_read"]:
-        row = rows[f"checkpoint_manager_bench: {name}"]
+        row = rows[name]
         assert row["baseline_values"] and row["candidate_values"], name
         assert all(v > 0 for v in row["baseline_values"] + row["candidate_values"]), name
-    assert "checkpoint_manager_bench: st_load" not in rows, "--no-references leaves it out"
-    assert rows["checkpoint_manager_bench: save_async_block"]["higher_is_better"] is False
+    assert "st_load" not in rows and "save_nock" not in rows, "--no-references leaves them out"
+    assert rows["save_async_block"]["higher_is_better"] is False
+    data = json.loads(next((tmp_path / "data").glob("compare-builds-*/01-*.json")).read_text())
+    m = {k: v["values"][0] for k, v in data["metrics"].items()}
+    save_seconds = data["bytes"] / 1e9 / m["save"]
+    assert m["save_block"] == pytest.approx(m["save_async_block"] / save_seconds, rel=1e-6)
+
+
+def test_checkpoint_vs_fio_survives_a_model_too_small_to_print_its_size(tmp_path):
+    """tiny-t5's checkpoint prints as 0.00 GB, which made a rate of 0 and a division by zero."""
+    rows = _compare_a_a(tmp_path, "bench/checkpoint_vs_fio.py")
     for tag in ["fio write", "test_ds_aio_fast_save", "fastpersist_load", "torch_load"]:
-        assert rows[f"checkpoint_vs_fio: tiny-t5: {tag}"]["candidate_values"], tag
+        assert rows[f"tiny-t5: {tag}"]["candidate_values"], tag
