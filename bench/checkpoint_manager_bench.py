@@ -14,9 +14,10 @@ folder, every round measures, in this order:
   against fio's O_DIRECT read of the same checkpoint's data files (in alternating order; a
   freshly written fio file reads faster on this VM, reported as fio_read_new for reference),
   the same load ``into=`` the state's own tensors (in place, as a resume into a built model),
-  a cold ``safetensors.torch.load_file`` of the same tensors in one file, and a cold
-  ``torch.load`` of a ``torch.save`` file. fio and the two loads go in an order that rotates
-  every round. Last, as a diagnostic, the speed at which the process gets new memory
+  a cold ``CheckpointManager.verify`` of the checkpoint (every byte read and hashed), a cold
+  ``safetensors.torch.load_file`` of the same tensors in one file, and a cold ``torch.load`` of
+  a ``torch.save`` file. fio, the two loads and the verify go in an order that rotates every
+  round. Last, as a diagnostic, the speed at which the process gets new memory
   (``fresh_memory``: allocate and write as many bytes as the state).
 
 Then, once: training steps (forward, backward, SGD step) without and with a ``save_async`` at
@@ -28,6 +29,10 @@ package installed in .venv:
 
 ``--gpu`` puts the state and the training steps on CUDA (the snapshot then copies device
 memory into pinned staging; the step-overlap target is meant for that setting).
+``--no-references`` leaves out what only the targets compare against (safetensors, torch.load,
+the save without checksums, the fresh-memory diagnostic) and keeps fio and fastpersist's own
+measurements; ``--json PATH`` also writes every measurement, per round, as JSON
+(bench/compare_builds.py reads it to compare two builds).
 """
 from __future__ import annotations
 
@@ -52,15 +57,40 @@ from fastpersist.bench.loaders import evict
 GB = 1e9
 MiB = 1 << 20
 
+# What each measurement is, for the JSON output: unit, whether higher is better, description.
+METRICS: Dict[str, tuple] = {
+    "fio_write": ("GB/s", True, "fio O_DIRECT write of the state's size"),
+    "fio_read_new": ("GB/s", True, "fio O_DIRECT read of the file it just wrote"),
+    "fio_read": ("GB/s", True, "fio O_DIRECT read of the checkpoint's data files (cold)"),
+    "save": ("GB/s", True, "CheckpointManager.save, durable and checksummed"),
+    "save_nock": ("GB/s", True, "CheckpointManager.save with checksums=False"),
+    "save_async_block": ("s", False, "time save_async blocks its caller"),
+    "save_block": ("ratio", False, "time save_async blocks / sync save time"),
+    "checksum_frac": ("ratio", False, "checksum CPU time / save time"),
+    "load": ("GB/s", True, "CheckpointManager.load into new memory (cold, verified)"),
+    "load_into": ("GB/s", True, "CheckpointManager.load into= the state's tensors (cold)"),
+    "verify": ("GB/s", True, "CheckpointManager.verify (cold, every byte hashed)"),
+    "st_load": ("GB/s", True, "safetensors.torch.load_file (cold), every page touched"),
+    "torch_load": ("GB/s", True, "torch.load(weights_only=True) of a torch.save file (cold)"),
+    "fresh_memory": ("GB/s", True, "allocate and write as many bytes as the state"),
+    "step_plain": ("s", False, "training step without a checkpoint"),
+    "step_ckpt": ("s", False, "training step starting with save_async (optimizer hooked)"),
+}
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def fio_run(args: argparse.Namespace, rw: str, path: str, size: Optional[int] = None):
-    """(bytes, seconds) of one fio O_DIRECT job; without `size` it reads the whole file."""
+    """(bytes, seconds) of one fio O_DIRECT job; without `size` it reads the whole file (in
+    whole blocks: fio leaves out a partial last one)."""
+    bs = 8 * MiB
+    if size is None:
+        # fio refuses a block larger than the file (small models' data files).
+        bs = min(bs, max(4096, os.path.getsize(path) // 4096 * 4096))
     cmd = [args.fio, "--name=ref", f"--filename={path}", f"--rw={rw}", "--direct=1",
-           "--ioengine=io_uring", "--bs=8M", "--iodepth=32", "--output-format=json"]
+           "--ioengine=io_uring", f"--bs={bs}", "--iodepth=32", "--output-format=json"]
     if size is not None:
         cmd.append(f"--size={size}")
     if rw == "write":
@@ -70,7 +100,8 @@ def fio_run(args: argparse.Namespace, rw: str, path: str, size: Optional[int] = 
     part = job["write" if rw == "write" else "read"]
     if job.get("error") or (size is not None and part["io_bytes"] != size):
         raise RuntimeError(f"fio {rw} failed: {shlex.join(cmd)}")
-    return part["io_bytes"], part["runtime"] / 1000.0  # runtime includes the end fsync
+    # runtime (ms) includes the end fsync; a job under fio's 1 ms resolution counts as 1 ms.
+    return part["io_bytes"], max(part["runtime"], 1) / 1000.0
 
 
 def fio(args: argparse.Namespace, rw: str, path: str, size: int) -> float:
@@ -167,6 +198,29 @@ def overlap(args: argparse.Namespace, root: str) -> Dict[str, List[float]]:
     return {"plain": plain, "ckpt": with_ckpt}
 
 
+def write_json(args: argparse.Namespace, m: Dict[str, List[float]], size: int,
+               rows: List[list]) -> None:
+    """Every measurement with its unit and direction, so that tools compare runs by name."""
+    metrics = {k: {"unit": METRICS[k][0], "higher_is_better": METRICS[k][1],
+                   "description": METRICS[k][2], "values": v}
+               for k, v in m.items() if v}
+    out = {
+        "benchmark": "checkpoint_manager_bench",
+        "command": shlex.join([os.path.basename(sys.executable)] + sys.argv),
+        "model": args.model, "bytes": size, "rounds": args.rounds, "gpu": args.gpu,
+        "folder": os.path.abspath(args.folder),
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "fastpersist": getattr(fastpersist, "__version__", "unknown"),
+                     "fastpersist_path": os.path.dirname(fastpersist.__file__)},
+        "metrics": metrics,
+        "targets": [dict(zip(["target", "ratio_median", "best_of", "wanted", "verdict"], r))
+                    for r in rows],
+    }
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--folder", default="bench-data")
@@ -179,8 +233,15 @@ def main() -> int:
     p.add_argument("--gpu", action="store_true",
                    help="the state and the training steps on CUDA: snapshots copy device memory "
                         "into pinned staging (loads still go to the CPU, except load_into)")
+    p.add_argument("--no-references", action="store_true",
+                   help="skip safetensors, torch.load, the save without checksums and the "
+                        "fresh-memory diagnostic (fio and fastpersist's own measurements stay)")
+    p.add_argument("--json", metavar="PATH", help="also write every measurement as JSON")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    refs = not args.no_references
     print("command: " + shlex.join([os.path.basename(sys.executable)] + sys.argv), flush=True)
 
     folder = os.path.abspath(args.folder)
@@ -202,20 +263,21 @@ def main() -> int:
     log(f"{args.model}: {size / GB:.2f} GB of tensors")
 
     from safetensors.torch import load_file, save_file
-    save_file(unique_tensors(state), st_path)
-    torch.save(state, pt_path)
+    if refs:
+        save_file(unique_tensors(state), st_path)
+        torch.save(state, pt_path)
 
-    m: Dict[str, List[float]] = {k: [] for k in [
-        "fio_write", "fio_read_new", "fio_read", "save", "save_nock", "save_block", "checksum_frac", "load",
-        "load_into", "st_load", "torch_load", "fresh_memory"]}
+    m: Dict[str, List[float]] = {k: [] for k in METRICS if not k.startswith("step_")}
     mgr = fastpersist.CheckpointManager(root)
     mgr.save("warmup", state)  # the first save allocates (and pins) the staging memory
     mgr.remove("warmup")
     nock_root = os.path.join(folder, "ckpt-root-nochecksums")
     shutil.rmtree(nock_root, ignore_errors=True)
-    nock = fastpersist.CheckpointManager(nock_root, checksums=False)
-    nock.save("warmup", state)
-    nock.remove("warmup")
+    nock = None
+    if refs:
+        nock = fastpersist.CheckpointManager(nock_root, checksums=False)
+        nock.save("warmup", state)
+        nock.remove("warmup")
     for r in range(args.rounds):
         log(f"round {r + 1}/{args.rounds}")
         m["fio_write"].append(fio(args, "write", fio_path, fio_size))
@@ -233,15 +295,17 @@ def main() -> int:
         m["checksum_frac"].append(h.checksum_seconds / t)
         os.sync()
 
-        t = timed(lambda: nock.save(f"nock-{r}", state))
-        m["save_nock"].append(size / GB / t)
-        nock.remove(f"nock-{r}")
-        os.sync()
+        if nock is not None:
+            t_nock = timed(lambda: nock.save(f"nock-{r}", state))
+            m["save_nock"].append(size / GB / t_nock)
+            nock.remove(f"nock-{r}")
+            os.sync()
 
         t0 = time.perf_counter()
         h2 = mgr.save_async(f"async-{r}", state)
         block = time.perf_counter() - t0
         h2.wait()
+        m["save_async_block"].append(block)
         m["save_block"].append(block / t)
         mgr.remove(f"async-{r}")
         os.sync()
@@ -268,31 +332,47 @@ def main() -> int:
             t = timed(lambda: mgr.load(f"sync-{r}", into=state))
             m["load_into"].append(size / GB / t)
 
-        loaders = [fio_load, our_load, our_load_into]
-        for fn in loaders[r % 3:] + loaders[:r % 3]:
+        def our_verify() -> None:
+            evict_dir(ckpt_dir)
+            problems: List[str] = []
+
+            def run() -> None:
+                problems.extend(mgr.verify(f"sync-{r}"))
+            t = timed(run)
+            if problems:
+                raise RuntimeError(f"verify of an intact checkpoint found problems: {problems}")
+            m["verify"].append(size / GB / t)
+
+        loaders = [fio_load, our_load, our_load_into, our_verify]
+        turn = r % len(loaders)
+        for fn in loaders[turn:] + loaders[:turn]:
             fn()
         mgr.remove(f"sync-{r}")
         gc.collect()
 
-        evict(st_path)
-        t = timed(lambda: touch(load_file(st_path)))
-        m["st_load"].append(size / GB / t)
-        gc.collect()
-        evict(pt_path)
-        t = timed(lambda: touch(torch.load(pt_path, weights_only=True)))
-        m["torch_load"].append(size / GB / t)
-        gc.collect()
-        # Diagnostic: how fast this process gets `size` bytes of new memory right now (allocate
-        # and write once). A fresh load must fault in as much; fio reuses one buffer. Measured
-        # last in the round, since it also warms the memory for whatever allocates next.
-        t = timed(lambda: torch.empty(size, dtype=torch.uint8).fill_(1))
-        m["fresh_memory"].append(size / GB / t)
-        gc.collect()
+        if refs:
+            evict(st_path)
+            t = timed(lambda: touch(load_file(st_path)))
+            m["st_load"].append(size / GB / t)
+            gc.collect()
+            evict(pt_path)
+            t = timed(lambda: touch(torch.load(pt_path, weights_only=True)))
+            m["torch_load"].append(size / GB / t)
+            gc.collect()
+            # Diagnostic: how fast this process gets `size` bytes of new memory right now
+            # (allocate and write once). A fresh load must fault in as much; fio reuses one
+            # buffer. Measured last in the round, since it also warms the memory for whatever
+            # allocates next.
+            t = timed(lambda: torch.empty(size, dtype=torch.uint8).fill_(1))
+            m["fresh_memory"].append(size / GB / t)
+            gc.collect()
     mgr.close()
-    nock.close()
+    if nock is not None:
+        nock.close()
     shutil.rmtree(nock_root, ignore_errors=True)
     for path in (fio_path, st_path, pt_path):
-        os.unlink(path)
+        if os.path.exists(path):
+            os.unlink(path)
 
     steps = None if args.skip_overlap else overlap(args, root)
     shutil.rmtree(root, ignore_errors=True)
@@ -301,8 +381,9 @@ def main() -> int:
     print("| measure | median GB/s per round |")
     print("|---|---|")
     for k in ["fio_write", "save", "save_nock", "fio_read_new", "fio_read", "load", "load_into",
-              "st_load", "torch_load", "fresh_memory"]:
-        print(f"| {k} | {' '.join(f'{x:.2f}' for x in m[k])} |")
+              "verify", "st_load", "torch_load", "fresh_memory"]:
+        if m[k]:
+            print(f"| {k} | {' '.join(f'{x:.2f}' for x in m[k])} |")
     print(f"| save_async blocks / sync save | {' '.join(f'{x:.3f}' for x in m['save_block'])} |")
     print(f"| checksum CPU time / save time | {' '.join(f'{x:.3f}' for x in m['checksum_frac'])} |")
     if steps:
@@ -313,13 +394,15 @@ def main() -> int:
     row(rows, "save vs fio write", m["save"], m["fio_write"], 0.9)
     one = [1.0] * args.rounds
     row(rows, "save_async blocking / sync save", m["save_block"], one, 0.10, higher_is_better=False)
-    # Checksum cost: how much longer a save with checksums takes than one without (wall time).
-    row(rows, "save time with / without checksums", m["save_nock"], m["save"], 1.10,
-        higher_is_better=False)
+    if refs:
+        # Checksum cost: how much longer a save with checksums takes than one without (wall time).
+        row(rows, "save time with / without checksums", m["save_nock"], m["save"], 1.10,
+            higher_is_better=False)
     row(rows, "load (cold, verified) vs fio read of its files", m["load"], m["fio_read"], 0.9)
     row(rows, "load into= existing tensors vs fio read of its files", m["load_into"], m["fio_read"], 0.9)
-    row(rows, "load vs safetensors.load_file (cold)", m["load"], m["st_load"], 2.5)
-    row(rows, "load vs torch.load (cold)", m["load"], m["torch_load"], 2.5)
+    if refs:
+        row(rows, "load vs safetensors.load_file (cold)", m["load"], m["st_load"], 2.5)
+        row(rows, "load vs torch.load (cold)", m["load"], m["torch_load"], 2.5)
     if steps:
         row(rows, "step with save_async / plain step", steps["ckpt"], steps["plain"], 1.10,
             higher_is_better=False)
@@ -327,6 +410,10 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
+    if args.json:
+        if steps:
+            m["step_plain"], m["step_ckpt"] = steps["plain"], steps["ckpt"]
+        write_json(args, m, size, rows)
     return 1 if args.check and any(r[-1] != "pass" for r in rows) else 0
 
 

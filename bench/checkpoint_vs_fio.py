@@ -98,7 +98,9 @@ def parse_bench(text):
         m = RESULT.match(line)
         if m:
             tag, gb, secs = m.group(1), float(m.group(2)), float(m.group(3))
-            rates.setdefault(tag, []).append(gb / secs if secs > 0 else float(m.group(4)))
+            # A size that prints as 0.00 GB (a tiny model) falls back to the printed rate.
+            rate = gb / secs if secs > 0 and gb > 0 else float(m.group(4))
+            rates.setdefault(tag, []).append(rate)
             sizes[tag] = gb
             continue
         m = SKIPPED.match(line)
@@ -166,7 +168,7 @@ def med(values):
 
 
 def ratio_row(label, ours, theirs, target, rows):
-    if not ours or not theirs:
+    if not ours or not theirs or not med(theirs):
         return f"| {label} | — | ≥ {target:g} | not measured |"
     r_med = med(ours) / med(theirs)
     r_best = max(ours) / max(theirs)

@@ -84,7 +84,7 @@ Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory, bool
   // two requests (1016 KiB + 8 KiB) and nothing merges, while over 2 MiB pages the block layer
   // merges consecutive writes into requests of max_sectors_kb (4 MiB). Measured on the
   // benchmark VM: a gpt2-large save went from 1.2-1.4 to 1.7-2.3 GB/s, requests from 511 KiB
-  // to 4 MiB (docs/benchmarks.md). Staging buffers are allocated once and pooled, so the
+  // to 4 MiB (docs/performance.md). Staging buffers are allocated once and pooled, so the
   // one-time cost of finding huge pages (12 ms for 64 MiB) does not recur. Larger buffers and
   // one-shot ones (whole-file reads) stay on ordinary pages: compacting gigabytes into huge
   // pages took 4x longer than the 4 KiB allocation and, for reads, more than it saved.

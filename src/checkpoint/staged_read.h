@@ -6,7 +6,7 @@
 // 64 bytes into a page, and a tensor's bytes start anywhere in its data file, so neither the
 // address nor the file offset meets O_DIRECT's alignment. Reading each tensor through the
 // engine's per-request bounce buffers costs a copy on the I/O worker and a buffered read of each
-// tensor's unaligned head and tail, and measured about 0.75x of fio's read (docs/benchmarks.md).
+// tensor's unaligned head and tail, and measured about 0.75x of fio's read (docs/performance.md).
 // Instead the tensors' byte ranges are cut, in file order, into pieces that fill a small ring of
 // page-aligned slots; each piece is one aligned O_DIRECT read, and while the engine reads the
 // next pieces the calling thread copies the finished one into the destinations (and hashes the
