@@ -7,6 +7,7 @@
 #   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
+#   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
 #   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`
 #   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
 #   make clean     remove build/, build-asan/, build-tsan/ (keeps .venv)
@@ -43,7 +44,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
       \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \
          -o -name '*.typed' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: all deps venv build python test test-cpp test-python demo clean distclean \
+.PHONY: all deps venv build python test test-cpp test-python example demo clean distclean \
   sanitize $(SANITIZERS:%=sanitize-%)
 
 all: test
@@ -113,6 +114,10 @@ test-cpp: build
 
 test-python: python build
 	FASTPERSIST_CLI=$(CURDIR)/$(CLI) $(VENV)/bin/pytest tests/python $(PYTEST_ARGS)
+
+# ctest runs the same script (example.cpp_consumer), so `make test` covers it.
+example: build
+	CMAKE=$(CMAKE) examples/cpp/build_and_run.sh $(BUILD_DIR)
 
 # The main job: the environment report, DeepSpeedExamples' deepnvme/model_checkpoint benchmark
 # for a Hugging Face model built from its config (one `<tag> -- GB, secs, GB/s` line per save
