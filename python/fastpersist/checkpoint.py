@@ -310,7 +310,9 @@ class CheckpointManager:
             raise TypeError("metadata must be a dict of JSON-serializable values")
         flat = flatten_state(state)
         keepalive: List[torch.Tensor] = []
-        tensors: List[Tuple[str, str, List[int], int, int, int]] = []
+        # (name, dtype, shape, tensor): C++ reads the memory, its length and device from the
+        # tensor itself and checks them against dtype and shape.
+        tensors: List[Tuple[str, str, List[int], torch.Tensor]] = []
         devices: "set[int]" = set()
         for name, t in flat.tensors:
             src, device = _source_tensor(t)
@@ -321,8 +323,7 @@ class CheckpointManager:
             keepalive.append(src)
             if nbytes and device != _NO_DEVICE:
                 devices.add(device)
-            tensors.append((name, DTYPE_TO_SAFETENSORS[src.dtype], list(src.shape),
-                            src.data_ptr() if nbytes else 0, nbytes, device if nbytes else _NO_DEVICE))
+            tensors.append((name, DTYPE_TO_SAFETENSORS[src.dtype], list(src.shape), src))
         for device in devices:
             # The snapshot copies on its own stream: everything queued so far that writes these
             # tensors (the step that produced them, .contiguous() above) must be finished first.
