@@ -129,6 +129,27 @@ def test_a_view_writes_exactly_its_own_bytes(handle, existing, write):
     assert path.read_bytes() == bytes(expected)
 
 
+def test_descriptor_transfers_check_their_buffers_too(handle, existing):
+    path, content = existing
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for bad, match in [(b"x" * 16, "read-only"), (torch.zeros(32)[::2], "contiguous")]:
+            with pytest.raises(ValueError, match=match):
+                handle.async_pread(bad, fd=fd)
+            with pytest.raises(ValueError, match=match):
+                handle.sync_pread(bad, fd=fd)
+        with pytest.raises(ValueError, match="contiguous"):
+            handle.async_pwrite(np.zeros((4, 4))[:, ::2], fd=fd)
+        assert handle.wait() == 0
+        big = torch.full((64,), SENTINEL, dtype=torch.uint8)
+        assert handle.sync_pread(big[8:24], fd=fd, file_offset=3) == 1
+        assert bytes(big[8:24].numpy()) == content[3:19]
+        assert bool((big[:8] == SENTINEL).all()) and bool((big[24:] == SENTINEL).all())
+    finally:
+        os.close(fd)
+    assert _unchanged(existing)
+
+
 @pytest.mark.parametrize("offset", [(1 << 63) - 1, (1 << 63) - 8, 1 << 63, 1 << 64, -1])
 def test_offsets_that_overflow_are_refused_before_io(handle, existing, offset):
     path, _ = existing
