@@ -3,19 +3,24 @@
 //
 // Same knobs, method names and return values as DeepNVMe: sync calls return how many requests
 // completed (the new one plus any earlier async ones they drained), async calls return 0 and are
-// collected by wait(). Unlike DeepNVMe, any size and offset works, every error is reported (as a
-// Status carrying errno, path, offset, length), and writes by name at offset 0 replace the file.
+// collected by wait(). Unlike DeepNVMe, any size and offset works and every error is reported (as
+// a Status carrying errno, path, offset, length).
 //
-// Buffers passed to async calls must stay valid until wait() returned.
+// Writes update the file in place, like DeepNVMe's: requests on disjoint ranges of one file, from
+// any number of threads, never destroy each other's bytes, and a rewrite shorter than the file
+// leaves its old tail in place. A write by path empties the file first only when the caller
+// passes `truncate` (then the file ends at file_offset + bytes).
+//
+// Buffers are (pointer, byte count): the caller guarantees that [buffer, buffer + bytes) is its
+// memory (the Python bindings check this against the object they were given). Buffers passed to
+// async calls must stay valid until wait() returned.
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "fastpersist/io_engine.h"
 #include "fastpersist/options.h"
@@ -40,14 +45,19 @@ class AioHandle {
 
   // `validate` re-reads the file range after the transfer and compares it with the buffer;
   // a mismatch is an error. `async_op` returns 0 at once; wait() collects the result.
+  // `truncate` (writes by path): empty the file when the request is submitted.
   Result<int> pwrite(const void* buffer, size_t bytes, const std::string& path, bool validate,
-                     bool async_op, uint64_t file_offset = 0);
+                     bool async_op, uint64_t file_offset = 0, bool truncate = false);
   Result<int> pread(void* buffer, size_t bytes, const std::string& path, bool validate,
                     bool async_op, uint64_t file_offset = 0);
-  Result<int> sync_pwrite(const void* buffer, size_t bytes, const std::string& path, uint64_t file_offset = 0);
-  Result<int> sync_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset = 0);
-  Result<int> async_pwrite(const void* buffer, size_t bytes, const std::string& path, uint64_t file_offset = 0);
-  Result<int> async_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset = 0);
+  Result<int> sync_pwrite(const void* buffer, size_t bytes, const std::string& path,
+                          uint64_t file_offset = 0, bool truncate = false);
+  Result<int> sync_pread(void* buffer, size_t bytes, const std::string& path,
+                         uint64_t file_offset = 0);
+  Result<int> async_pwrite(const void* buffer, size_t bytes, const std::string& path,
+                           uint64_t file_offset = 0, bool truncate = false);
+  Result<int> async_pread(void* buffer, size_t bytes, const std::string& path,
+                          uint64_t file_offset = 0);
   // Same on a caller's open descriptor (never closed or truncated by the handle).
   Result<int> async_pwrite_fd(const void* buffer, size_t bytes, int fd, uint64_t file_offset = 0);
   Result<int> async_pread_fd(void* buffer, size_t bytes, int fd, uint64_t file_offset = 0);
@@ -64,27 +74,12 @@ class AioHandle {
   // True when [data, data + bytes) lies inside one buffer from new_cpu_locked_buffer.
   bool is_pinned(const void* data, size_t bytes) const;
 
-  IoEngine& engine() { return *engine_; }
+  IoEngine& engine();
 
  private:
-  struct Validation {
-    bool is_write;
-    const std::byte* buffer;
-    size_t bytes;
-    std::string path;
-    int fd;
-    uint64_t offset;
-    IoTicket ticket;
-  };
-  explicit AioHandle(std::unique_ptr<IoEngine> engine);
-  Result<int> start(IoRequest request, bool validate, bool async_op);
-  Status run_validations(std::vector<Validation> checks);
-
-  std::unique_ptr<IoEngine> engine_;
-  PinnedBufferPool pool_;
-  mutable std::mutex mu_;
-  std::vector<Validation> pending_validations_;
-  std::vector<std::shared_ptr<PinnedBuffer>> locked_;
+  struct Impl;  // the engine, the pinned-buffer pool and the pending validations
+  explicit AioHandle(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fastpersist

@@ -164,6 +164,8 @@ class CheckpointManager {
 
   // Committed checkpoints (see list_checkpoints) and removal. remove() never leaves a
   // half-deleted checkpoint under its tag (rename first); it refuses a tag a pending save uses.
+  // When `latest` named the removed checkpoint (remove() or prune()), it is replaced atomically
+  // and durably to name the newest remaining one, or removed when none remains.
   Result<std::vector<CheckpointInfo>> list() const;
   Status remove(const std::string& tag);
   // Applies keep_last / keep_every now (save() applies them after each commit). Never removes

@@ -102,50 +102,22 @@ class FastFileWriter {
   // Discards everything; the target is left as it was. Safe to call at any time, repeatedly.
   void abort();
 
-  bool closed() const { return state_ != State::kOpen; }
-  bool committed() const { return committed_; }
+  bool closed() const;
+  bool committed() const;
   // The file is committed at path(): by this close(), or by another parallel writer while this
   // one waited (commit_timeout_seconds). False after a close() that returned without knowing.
-  bool file_committed() const { return file_committed_; }
-  uint64_t bytes_written() const { return stats_.bytes; }
-  const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return temp_path_; }
-  FastFileWriterStats stats() const { return stats_; }
-
-  struct Impl;
+  bool file_committed() const;
+  uint64_t bytes_written() const;
+  const std::string& path() const;
+  const std::string& temp_path() const;
+  FastFileWriterStats stats() const;
+  // The options in force (as given to open()).
+  const FastFileWriterOptions& options() const;
 
  private:
-  enum class State { kOpen, kClosed, kAborted };
-  FastFileWriter(std::string path, FastFileWriterOptions options);
-  bool owns(uint64_t stream_offset) const;
-  uint64_t own_range_end(uint64_t stream_offset, uint64_t limit) const;
-  Status write_own(const std::byte* p, size_t n);
-  // Whether bytes at `p`, stream position `pos`, up to `run_end`, may skip the staging copy.
-  bool zero_copy_candidate(const std::byte* p, uint64_t pos, uint64_t run_end) const;
-  Status drain();
-  Status wait_half(int half);
-  Status wait_all();
-  Status fail(Status st);
-  Status finish_single();
-  Status finish_parallel();
-  Status ensure_allocated(uint64_t end);
-
-  std::string path_;
-  std::string temp_path_;
-  FastFileWriterOptions options_;
+  class Impl;  // all of the writer's state (fast_file_writer.cc)
+  explicit FastFileWriter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-  State state_ = State::kOpen;
-  bool committed_ = false;
-  bool file_committed_ = false;
-  Status error_;
-  FastFileWriterStats stats_;
-  uint64_t pos_ = 0;         // stream offset of the next byte
-  int cur_ = 0;              // staging half being filled
-  uint64_t cur_start_ = 0;   // file offset of its first byte
-  size_t fill_ = 0;          // bytes in it
-  size_t half_bytes_ = 0;
-  uint64_t allocated_end_ = 0;  // the file is at least this long (preallocated); 0: not yet
-  bool preallocate_ = true;     // cleared when fallocate fails (the engine then allocates)
 };
 
 }  // namespace fastpersist

@@ -10,9 +10,11 @@
 // transfer that stops making progress is an error. A file is never silently short.
 //
 // Files named by path are opened when the request is submitted (on the caller's thread, in
-// submission order) and closed when it completes. A write by path at file_offset 0 replaces the
-// file (O_TRUNC), so it ends exactly the written size; a write at a later offset updates the
-// file in place. Requests on a caller's fd never truncate and never close that fd.
+// submission order) and closed when it completes. A write updates the file in place at any
+// offset, so requests on disjoint ranges of one file (from any number of threads) never destroy
+// each other's bytes; a rewrite shorter than the file leaves the old tail in place. Only a write
+// that sets `truncate` empties the file first (O_TRUNC at submission), so it then ends at
+// file_offset + length. Requests on a caller's fd never truncate and never close that fd.
 //
 // Thread-safety: submit/sync/wait may be called from any thread. The destructor waits for every
 // request in flight; buffers must stay valid until their request completed.
@@ -38,6 +40,10 @@ struct IoRequest {
   std::string path;  // the file by name, or ...
   int fd = -1;       // ... an open file descriptor of the caller (path ignored when fd >= 0)
   uint64_t file_offset = 0;
+  // Writes by path only: empty the file when the request is submitted (O_TRUNC), replacing
+  // whatever it held, including bytes of earlier requests still in flight. Off by default:
+  // truncation destroys data, so the caller has to ask for it.
+  bool truncate = false;
 };
 
 // How the engine opened a file; returned by probe_file and kept in the statistics.

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// `_core.AioHandle`: the C++ AioHandle with buffers passed as (address, nbytes).
+// `_core.AioHandle`: the C++ AioHandle, taking the buffer objects themselves.
 //
-// Every transfer, wait and pinned allocation runs with the GIL released. The Python facade
-// (python/fastpersist/aio_handle.py) resolves tensors / arrays / buffers to addresses and keeps
-// the objects of async requests alive until wait(); this layer trusts the addresses it gets.
+// Every buffer is the Python object (tensor, array, buffer-protocol object): its address and byte
+// length are read here (checked_buffer.h), never taken from the caller, and memory that cannot
+// be used as asked is a ValueError before any I/O. An async call returns the object that pins
+// the buffer (its export); the Python facade keeps it until wait() collected the request
+// (python/fastpersist/_keepalive.py). Every transfer, wait and pinned allocation runs with the
+// GIL released.
 //
 // The wrapper shares the C++ handle with every call in progress, so close() from one thread
 // while another thread is inside a call never frees the handle under it: the last call to
 // finish destroys it (which waits for its requests), always with the GIL released.
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/unique_ptr.h>
 
 #include <memory>
@@ -17,6 +21,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "checked_buffer.h"
 #include "fastpersist/aio_handle.h"
 
 namespace fastpersist::python {
@@ -76,7 +81,11 @@ class PyAioHandle {
   std::shared_ptr<AioHandle> handle_;
 };
 
-void* to_ptr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+// The memory of a transfer: a file write reads the buffer, a file read writes into it.
+CheckedBuffer transfer_buffer(nb::handle buffer, bool is_write) {
+  return checked_buffer(buffer, is_write ? MemoryUse::kRead : MemoryUse::kWrite, MemoryPlace::kHost,
+                        "buffer");
+}
 
 }  // namespace
 
@@ -113,74 +122,88 @@ void bind_aio_handle(nb::module_& m) {
 
       .def(
           "pwrite",
-          [](const H& s, uintptr_t address, size_t nbytes, const std::string& path, bool validate,
-             bool async_op, uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.pwrite(to_ptr(address), nbytes, path, validate, async_op, file_offset);
+          [](const H& s, nb::handle buffer, const std::string& path, bool validate, bool async_op,
+             uint64_t file_offset, bool truncate) {
+            CheckedBuffer b = transfer_buffer(buffer, true);
+            int n = unwrap(s.call([&](AioHandle& h) {
+              return h.pwrite(b.data, b.nbytes, path, validate, async_op, file_offset, truncate);
             }));
+            return std::make_pair(n, async_op ? std::move(b.pin) : nb::none());
           },
-          "address"_a, "nbytes"_a, "path"_a, "validate"_a, "async_op"_a, "file_offset"_a = 0)
+          "buffer"_a, "path"_a, "validate"_a, "async_op"_a, "file_offset"_a = 0,
+          "truncate"_a = false,
+          "(completed count, pin): pin is the object to keep until wait() when async_op.")
       .def(
           "pread",
-          [](const H& s, uintptr_t address, size_t nbytes, const std::string& path, bool validate,
-             bool async_op, uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.pread(to_ptr(address), nbytes, path, validate, async_op, file_offset);
+          [](const H& s, nb::handle buffer, const std::string& path, bool validate, bool async_op,
+             uint64_t file_offset) {
+            CheckedBuffer b = transfer_buffer(buffer, false);
+            int n = unwrap(s.call([&](AioHandle& h) {
+              return h.pread(b.data, b.nbytes, path, validate, async_op, file_offset);
             }));
+            return std::make_pair(n, async_op ? std::move(b.pin) : nb::none());
           },
-          "address"_a, "nbytes"_a, "path"_a, "validate"_a, "async_op"_a, "file_offset"_a = 0)
+          "buffer"_a, "path"_a, "validate"_a, "async_op"_a, "file_offset"_a = 0)
       .def(
           "sync_pwrite",
-          [](const H& s, uintptr_t address, size_t nbytes, const std::string& path,
-             uint64_t file_offset) {
+          [](const H& s, nb::handle buffer, const std::string& path, uint64_t file_offset,
+             bool truncate) {
+            CheckedBuffer b = transfer_buffer(buffer, true);
             return unwrap(s.call([&](AioHandle& h) {
-              return h.sync_pwrite(to_ptr(address), nbytes, path, file_offset);
+              return h.sync_pwrite(b.data, b.nbytes, path, file_offset, truncate);
             }));
           },
-          "address"_a, "nbytes"_a, "path"_a, "file_offset"_a = 0)
+          "buffer"_a, "path"_a, "file_offset"_a = 0, "truncate"_a = false)
       .def(
           "sync_pread",
-          [](const H& s, uintptr_t address, size_t nbytes, const std::string& path,
-             uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.sync_pread(to_ptr(address), nbytes, path, file_offset);
-            }));
+          [](const H& s, nb::handle buffer, const std::string& path, uint64_t file_offset) {
+            CheckedBuffer b = transfer_buffer(buffer, false);
+            return unwrap(s.call(
+                [&](AioHandle& h) { return h.sync_pread(b.data, b.nbytes, path, file_offset); }));
           },
-          "address"_a, "nbytes"_a, "path"_a, "file_offset"_a = 0)
+          "buffer"_a, "path"_a, "file_offset"_a = 0)
       .def(
           "async_pwrite",
-          [](const H& s, uintptr_t address, size_t nbytes, const std::string& path,
-             uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.async_pwrite(to_ptr(address), nbytes, path, file_offset);
+          [](const H& s, nb::handle buffer, const std::string& path, uint64_t file_offset,
+             bool truncate) {
+            CheckedBuffer b = transfer_buffer(buffer, true);
+            unwrap(s.call([&](AioHandle& h) {
+              return h.async_pwrite(b.data, b.nbytes, path, file_offset, truncate);
             }));
+            return std::move(b.pin);
           },
-          "address"_a, "nbytes"_a, "path"_a, "file_offset"_a = 0)
+          "buffer"_a, "path"_a, "file_offset"_a = 0, "truncate"_a = false,
+          "Returns the object that pins the buffer: keep it until wait() returned.")
       .def(
           "async_pread",
-          [](const H& s, uintptr_t address, size_t nbytes, const std::string& path,
-             uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.async_pread(to_ptr(address), nbytes, path, file_offset);
-            }));
+          [](const H& s, nb::handle buffer, const std::string& path, uint64_t file_offset) {
+            CheckedBuffer b = transfer_buffer(buffer, false);
+            unwrap(s.call(
+                [&](AioHandle& h) { return h.async_pread(b.data, b.nbytes, path, file_offset); }));
+            return std::move(b.pin);
           },
-          "address"_a, "nbytes"_a, "path"_a, "file_offset"_a = 0)
+          "buffer"_a, "path"_a, "file_offset"_a = 0,
+          "Returns the object that pins the buffer: keep it until wait() returned.")
       .def(
           "async_pwrite_fd",
-          [](const H& s, uintptr_t address, size_t nbytes, int fd, uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.async_pwrite_fd(to_ptr(address), nbytes, fd, file_offset);
-            }));
+          [](const H& s, nb::handle buffer, int fd, uint64_t file_offset) {
+            CheckedBuffer b = transfer_buffer(buffer, true);
+            unwrap(s.call(
+                [&](AioHandle& h) { return h.async_pwrite_fd(b.data, b.nbytes, fd, file_offset); }));
+            return std::move(b.pin);
           },
-          "address"_a, "nbytes"_a, "fd"_a, "file_offset"_a = 0)
+          "buffer"_a, "fd"_a, "file_offset"_a = 0,
+          "Returns the object that pins the buffer: keep it until wait() returned.")
       .def(
           "async_pread_fd",
-          [](const H& s, uintptr_t address, size_t nbytes, int fd, uint64_t file_offset) {
-            return unwrap(s.call([&](AioHandle& h) {
-              return h.async_pread_fd(to_ptr(address), nbytes, fd, file_offset);
-            }));
+          [](const H& s, nb::handle buffer, int fd, uint64_t file_offset) {
+            CheckedBuffer b = transfer_buffer(buffer, false);
+            unwrap(s.call(
+                [&](AioHandle& h) { return h.async_pread_fd(b.data, b.nbytes, fd, file_offset); }));
+            return std::move(b.pin);
           },
-          "address"_a, "nbytes"_a, "fd"_a, "file_offset"_a = 0)
+          "buffer"_a, "fd"_a, "file_offset"_a = 0,
+          "Returns the object that pins the buffer: keep it until wait() returned.")
       .def("wait", [](const H& s) { return unwrap(s.call([](AioHandle& h) { return h.wait(); })); })
 
       .def(
@@ -193,16 +216,18 @@ void bind_aio_handle(nb::module_& m) {
           "nbytes"_a)
       .def(
           "free_cpu_locked_buffer",
-          [](const H& s, uintptr_t address) {
-            return s.get()->free_cpu_locked_buffer(to_ptr(address));
+          [](const H& s, nb::handle buffer) {
+            CheckedBuffer b = checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHost, "buffer");
+            return s.get()->free_cpu_locked_buffer(b.data);
           },
-          "address"_a)
+          "buffer"_a)
       .def(
           "is_pinned",
-          [](const H& s, uintptr_t address, size_t nbytes) {
-            return s.get()->is_pinned(to_ptr(address), nbytes);
+          [](const H& s, nb::handle buffer) {
+            CheckedBuffer b = checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHost, "buffer");
+            return b.nbytes > 0 && s.get()->is_pinned(b.data, b.nbytes);
           },
-          "address"_a, "nbytes"_a);
+          "buffer"_a);
 }
 
 }  // namespace fastpersist::python

@@ -1,16 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Python buffers in, pinned buffers out.
+// Pinned buffers out (Python buffers come in through checked_buffer.h).
 //
-// `buffer_address(obj, writable)` reads the address and size of any C-contiguous
-// buffer-protocol object (the facade keeps a memoryview of it alive while I/O runs).
 // `PinnedBuffer` hands pinned memory from AioHandle.new_cpu_locked_buffer to Python through the
 // buffer protocol, so torch.frombuffer, numpy.frombuffer and memoryview keep it alive.
-#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 
 #include <cstdio>
 #include <string>
-#include <utility>
 
 #include "bindings.h"
 
@@ -58,25 +54,6 @@ void bind_buffers(nb::module_& m) {
           return std::string(hex);
         }() + (b.buffer && b.buffer->locked() ? ", locked>" : ", not locked>");
       });
-
-  m.def(
-      "buffer_address",
-      [](nb::handle obj, bool writable) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-        const bool readonly = view.readonly != 0;
-        auto result =
-            std::make_pair(reinterpret_cast<uintptr_t>(view.buf), static_cast<size_t>(view.len));
-        PyBuffer_Release(&view);
-        if (writable && readonly) {
-          throw nb::value_error(
-              "fastpersist: the buffer is read-only; reading into it needs a writable buffer "
-              "(e.g. a bytearray, a writable numpy array or a tensor)");
-        }
-        return result;
-      },
-      "obj"_a, "writable"_a,
-      "(address, nbytes) of a C-contiguous buffer-protocol object. The caller keeps `obj` alive.");
 }
 
 }  // namespace fastpersist::python

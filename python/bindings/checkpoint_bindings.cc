@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `_core.CheckpointManager`, `_core.PendingSave`, `_core.CheckpointReader` and the free functions
-// over checkpoint roots and safetensors headers. Tensors cross as (address, nbytes): the Python
-// façade keeps the tensor objects alive until the snapshot is done (saves) or the read returned.
+// over checkpoint roots and safetensors headers. Saved tensors cross as the tensor objects, read
+// and checked here (checked_buffer.h); the Python façade keeps them alive until the snapshot is
+// done. Reads: see PyCheckpointReader.
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -9,6 +10,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "checked_buffer.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/safetensors.h"
@@ -25,9 +28,38 @@
 namespace fastpersist::python {
 namespace {
 
-// (name, dtype, shape, address, nbytes, device) as the façade sends it; device -1 is host memory,
-// N >= 0 the memory of CUDA device N.
-using TensorTuple = std::tuple<std::string, std::string, std::vector<uint64_t>, uintptr_t, uint64_t, int>;
+// (name, dtype, shape, tensor) as the façade sends it. The tensor is the object itself (a torch
+// tensor through DLPack, or any buffer-protocol object): its address, byte length and device
+// are read from it here, so the manifest's shape x dtype size is checked against the memory that
+// is really there, not against numbers the caller computed.
+using TensorTuple = std::tuple<std::string, std::string, std::vector<uint64_t>, nb::handle>;
+
+// The snapshot source of one tensor. ValueError when the memory does not hold exactly
+// shape x dtype size bytes of elements of the dtype's size.
+TensorSource tensor_source(const TensorTuple& tuple) {
+  const auto& [name, dtype, shape, object] = tuple;
+  const std::string what = "tensor '" + name + "'";
+  CheckedBuffer b = checked_buffer(object, MemoryUse::kRead, MemoryPlace::kHostOrCudaDevice, what.c_str());
+  std::optional<size_t> element = safetensors_dtype_size(dtype);
+  if (!element) throw nb::value_error(("fastpersist: " + what + ": unknown dtype '" + dtype + "'").c_str());
+  uint64_t count = 1;
+  bool overflow = false;
+  for (uint64_t d : shape) {
+    if (d != 0 && count > UINT64_MAX / d) overflow = true;
+    count *= d;
+  }
+  if (overflow || count > UINT64_MAX / *element || count * *element != b.nbytes ||
+      (b.nbytes > 0 && b.element_size != *element)) {
+    throw nb::value_error(("fastpersist: " + what + ": dtype " + dtype + " (" + std::to_string(*element) +
+                           "-byte elements) and its shape need " +
+                           (overflow || count > UINT64_MAX / *element ? std::string("more than 2**64")
+                                                                      : std::to_string(count * *element)) +
+                           " bytes, but its memory holds " + std::to_string(b.elements) + " elements of " +
+                           std::to_string(b.element_size) + " bytes (" + std::to_string(b.nbytes) + " bytes)")
+                              .c_str());
+  }
+  return {name, dtype, shape, b.data, b.nbytes, b.device};
+}
 
 nb::dict info_dict(const CheckpointInfo& c) {
   nb::dict d;
@@ -59,9 +91,7 @@ class PyCheckpointManager {
                          const std::map<std::string, std::string>& versions) {
     CheckpointContent c;
     c.tensors.reserve(tensors.size());
-    for (const auto& [name, dtype, shape, address, nbytes, device] : tensors) {
-      c.tensors.push_back({name, dtype, shape, reinterpret_cast<const std::byte*>(address), nbytes, device});
-    }
+    for (const TensorTuple& t : tensors) c.tensors.push_back(tensor_source(t));
     c.aliases = aliases;
     c.objects.assign(objects.c_str(), objects.size());
     c.step = step;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `_core.FastFileWriter` (the sink torch.save writes into) and `_core.read_file` (the whole-file
-// read behind fastpersist.load). Bytes arrive through the buffer protocol: torch hands write() a
-// read-only memoryview over its own memory, valid only during the call, and the C++ writer
-// copies or finishes the I/O before returning, so no reference outlives the call.
+// read behind fastpersist.load). Bytes arrive as objects read by checked_buffer.h (torch hands
+// write() a read-only memoryview over its own memory, valid only during the call); the C++
+// writer copies or finishes the I/O before returning, so no reference outlives the call.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "checked_buffer.h"
 #include "fastpersist/fast_file_writer.h"
 #include "fastpersist/file_reader.h"
 #include "fastpersist/io_engine.h"
@@ -38,17 +39,9 @@ class PyFastFileWriter {
   }
 
   size_t write(nb::handle data) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
-    Status st;
-    {
-      nb::gil_scoped_release nogil;
-      st = writer_->write(view.buf, static_cast<size_t>(view.len));
-    }
-    auto n = static_cast<size_t>(view.len);
-    PyBuffer_Release(&view);
-    check(st);
-    return n;
+    CheckedBuffer b = checked_buffer(data, MemoryUse::kRead, MemoryPlace::kHost, "data");
+    check(without_gil([&] { return writer_->write(b.data, b.nbytes); }));
+    return b.nbytes;
   }
 
   void close() { check(without_gil([&] { return writer_->close(); })); }
@@ -107,6 +100,7 @@ void bind_writer(nb::module_& m) {
       .def_prop_ro("committed", [](PyFastFileWriter& w) { return w.get().committed(); })
       .def_prop_ro("file_committed", [](PyFastFileWriter& w) { return w.get().file_committed(); })
       .def_prop_ro("path", [](PyFastFileWriter& w) { return w.get().path(); })
+      .def_prop_ro("options", [](PyFastFileWriter& w) { return w.get().options(); })
       .def("stats", [](PyFastFileWriter& w) { return stats_dict(w.get().stats()); })
       .def("stats_line", [](PyFastFileWriter& w) { return w.get().stats().to_string(); });
 

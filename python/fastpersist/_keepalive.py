@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Keeps the Python objects behind async requests alive until their I/O has finished.
 
-The C++ handle only sees addresses, so a tensor handed to ``async_pwrite`` and then dropped by
-the caller would otherwise be freed (and its memory reused) while the kernel still reads it.
+An async call of the C++ binding returns the object that pins the buffer's memory (the buffer
+itself, or a memoryview holding its export). A tensor handed to ``async_pwrite`` and then dropped
+by the caller would otherwise be freed (and its memory reused) while the kernel still reads it.
 
 Protocol (safe with any number of threads submitting, waiting and making sync calls):
 

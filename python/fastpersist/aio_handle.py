@@ -5,7 +5,12 @@ Code written for ``deepspeed.ops.op_builder.AsyncIOBuilder().load().aio_handle(.
 unchanged: same constructor knobs, method names and return values (sync calls return how many
 requests completed, async calls return 0 and are collected by ``wait()``). Differences:
 
-* Any buffer size and file offset works; nothing is silently short.
+* Any buffer size and file offset works; nothing is silently short. The length of a transfer is
+  always the buffer's own: C++ reads address, length, layout and device from the object, and
+  refuses (ValueError, before any I/O) read-only memory to read into, non-contiguous buffers and
+  device memory.
+* Writes never truncate unless asked (``truncate=True``): threads or async batches writing
+  disjoint ranges of one file keep each other's bytes, and a shorter rewrite leaves the old tail.
 * Errors raise exceptions instead of printing and returning -1 (or aborting): ``OSError``
   subclasses carrying ``errno`` and ``filename`` for I/O failures, ``ValueError`` for bad
   arguments, including a read past the end of the file.
@@ -24,7 +29,7 @@ from typing import Any, Optional, Union
 
 from . import _core
 from ._engine_options import check_uint, engine_options
-from ._buffers import is_torch_tensor, resolve
+from ._buffers import is_torch_tensor, lendable
 from ._keepalive import KeepAlive
 
 FileTarget = Union[str, "os.PathLike[str]", int]
@@ -81,6 +86,9 @@ def _torch() -> Any:
 class AioHandle:
     """An async I/O handle with DeepNVMe's knobs.
 
+    Every argument left as None takes the value of the C++ ``EngineOptions`` (the one defaults
+    table, docs/settings.md: DeepNVMe's defaults for the five DeepNVMe knobs).
+
     Args:
         block_size: bytes per I/O request submitted to the kernel.
         queue_depth: requests in flight per worker.
@@ -88,27 +96,35 @@ class AioHandle:
         overlap_events: keep the queue topped up instead of lock-step batches.
         intra_op_parallelism: worker threads; each moves one contiguous slice of every request.
         backend: "auto" (io_uring > libaio > threads), "io_uring", "libaio" or "threads";
-            None means FASTPERSIST_BACKEND from the environment, else "auto".
+            None means FASTPERSIST_BACKEND from the environment, else the default.
         direct_io, direct_io_min_bytes: O_DIRECT for transfers of at least that many bytes;
-            None means the environment's FASTPERSIST_DIRECT_IO* or the built-in default.
+            None means the environment's FASTPERSIST_DIRECT_IO* or the default.
     """
 
     def __init__(
         self,
-        block_size: int = 1 << 20,
-        queue_depth: int = 128,
-        single_submit: bool = False,
-        overlap_events: bool = False,
-        intra_op_parallelism: int = 1,
+        block_size: Optional[int] = None,
+        queue_depth: Optional[int] = None,
+        single_submit: Optional[bool] = None,
+        overlap_events: Optional[bool] = None,
+        intra_op_parallelism: Optional[int] = None,
         backend: Optional[str] = None,
         direct_io: Optional[bool] = None,
         direct_io_min_bytes: Optional[int] = None,
     ) -> None:
-        # DeepNVMe's constructor always sets these five knobs; the environment tunes the rest.
+        # DeepNVMe's constructor always sets its five knobs, so the environment does not tune
+        # them here: one left as None takes C++'s default, not FASTPERSIST_*.
+        defaults = _core.EngineOptions()
+
+        def knob(value: Any, name: str) -> Any:
+            return getattr(defaults, name) if value is None else value
+
         options = engine_options(
-            backend=backend, block_size=block_size, queue_depth=queue_depth,
-            intra_op_parallelism=intra_op_parallelism, single_submit=single_submit,
-            overlap_events=overlap_events, direct_io=direct_io,
+            backend=backend, block_size=knob(block_size, "block_size"),
+            queue_depth=knob(queue_depth, "queue_depth"),
+            intra_op_parallelism=knob(intra_op_parallelism, "intra_op_parallelism"),
+            single_submit=knob(single_submit, "single_submit"),
+            overlap_events=knob(overlap_events, "overlap_events"), direct_io=direct_io,
             direct_io_min_bytes=direct_io_min_bytes)
         self._h = _core.AioHandle.create(options)
         # Objects of async requests, kept alive until their I/O finished (_keepalive.py).
@@ -160,9 +176,14 @@ class AioHandle:
         file_offset: int = 0,
         *,
         fd: Optional[int] = None,
+        truncate: bool = False,
     ) -> int:
-        """Writes `buffer` to the file at `file_offset`; returns the completed request count."""
-        return self._sync(True, buffer, _target(filename, fd), file_offset, validate=False)
+        """Writes `buffer` to the file at `file_offset`; returns the completed request count.
+
+        The rest of the file is left as it was; ``truncate=True`` (writes by name) empties the
+        file first, so it ends where this write ends.
+        """
+        return self._sync(True, buffer, _target(filename, fd), file_offset, False, truncate)
 
     def sync_pread(
         self,
@@ -173,7 +194,7 @@ class AioHandle:
         fd: Optional[int] = None,
     ) -> int:
         """Fills `buffer` from the file at `file_offset`; returns the completed request count."""
-        return self._sync(False, buffer, _target(filename, fd), file_offset, validate=False)
+        return self._sync(False, buffer, _target(filename, fd), file_offset, False, False)
 
     def async_pwrite(
         self,
@@ -182,9 +203,10 @@ class AioHandle:
         file_offset: int = 0,
         *,
         fd: Optional[int] = None,
+        truncate: bool = False,
     ) -> int:
-        """Starts writing `buffer`; returns 0. Collect it with wait()."""
-        return self._async(True, buffer, _target(filename, fd), file_offset, validate=False)
+        """Starts writing `buffer`; returns 0. Collect it with wait(). See sync_pwrite."""
+        return self._async(True, buffer, _target(filename, fd), file_offset, False, truncate)
 
     def async_pread(
         self,
@@ -195,7 +217,7 @@ class AioHandle:
         fd: Optional[int] = None,
     ) -> int:
         """Starts filling `buffer`; returns 0. Collect it with wait()."""
-        return self._async(False, buffer, _target(filename, fd), file_offset, validate=False)
+        return self._async(False, buffer, _target(filename, fd), file_offset, False, False)
 
     def pwrite(
         self,
@@ -204,17 +226,20 @@ class AioHandle:
         validate: bool = False,
         async_op: bool = False,
         file_offset: int = 0,
+        *,
+        truncate: bool = False,
         **kwargs: Any,
     ) -> int:
         """DeepNVMe's pwrite(buffer, filename, validate, async, file_offset=0).
 
         The 4th argument is named `async` in DeepNVMe (a Python keyword): pass it positionally,
         as ``async_op=``, or as ``**{"async": True}``. With validate, the written range is read
-        back and compared at completion; a mismatch raises OSError (EIO).
+        back and compared at completion; a mismatch raises OSError (EIO). ``truncate``: see
+        sync_pwrite.
         """
         async_op = _async_flag(async_op, kwargs)
         return self._transfer(
-            True, buffer, _target(filename, None), file_offset, validate, async_op
+            True, buffer, _target(filename, None), file_offset, validate, async_op, truncate
         )
 
     def pread(
@@ -229,7 +254,7 @@ class AioHandle:
         """DeepNVMe's pread(buffer, filename, validate, async, file_offset=0); see pwrite."""
         async_op = _async_flag(async_op, kwargs)
         return self._transfer(
-            False, buffer, _target(filename, None), file_offset, validate, async_op
+            False, buffer, _target(filename, None), file_offset, validate, async_op, False
         )
 
     def wait(self) -> int:
@@ -247,7 +272,7 @@ class AioHandle:
 
     def free_cpu_locked_buffer(self, buffer: Any) -> bool:
         """Stops tracking a buffer from new_cpu_locked_buffer (memory goes with its last user)."""
-        return self._h.free_cpu_locked_buffer(resolve(buffer, writable=False).address)
+        return self._h.free_cpu_locked_buffer(lendable(buffer))
 
     def new_cpu_locked_tensor(
         self, num_elem: int, example_tensor: Any = None, **kwargs: Any
@@ -303,8 +328,7 @@ class AioHandle:
 
     def is_pinned(self, tensor: Any) -> bool:
         """True for memory inside this handle's locked buffers, or a torch-pinned tensor."""
-        r = resolve(tensor, writable=False)
-        if r.nbytes and self._h.is_pinned(r.address, r.nbytes):
+        if self._h.is_pinned(lendable(tensor)):
             return True
         if is_torch_tensor(tensor):
             try:
@@ -362,50 +386,64 @@ class AioHandle:
         file_offset: int,
         validate: bool,
         async_op: bool,
+        truncate: bool,
     ) -> int:
         if async_op:
-            return self._async(is_write, buffer, target, file_offset, bool(validate))
-        return self._sync(is_write, buffer, target, file_offset, bool(validate))
+            return self._async(is_write, buffer, target, file_offset, bool(validate), truncate)
+        return self._sync(is_write, buffer, target, file_offset, bool(validate), truncate)
 
     def _async(
-        self, is_write: bool, buffer: Any, target: Union[str, int], file_offset: int, validate: bool
+        self, is_write: bool, buffer: Any, target: Union[str, int], file_offset: int,
+        validate: bool, truncate: bool,
     ) -> int:
-        r = resolve(buffer, writable=not is_write)
+        buffer = lendable(buffer)
         offset = _check_offset(file_offset)
         h = self._h
         if isinstance(target, int):
-            if validate:
-                raise ValueError("fastpersist: validate needs a file name, not a file descriptor")
+            _check_fd_request(validate, truncate)
             fn = h.async_pwrite_fd if is_write else h.async_pread_fd
-            result = fn(r.address, r.nbytes, target, offset)
+            pin = fn(buffer, target, offset)
         elif validate:
-            fn = h.pwrite if is_write else h.pread
-            result = fn(r.address, r.nbytes, target, True, True, offset)
+            if is_write:
+                _, pin = h.pwrite(buffer, target, True, True, offset, bool(truncate))
+            else:
+                _, pin = h.pread(buffer, target, True, True, offset)
+        elif is_write:
+            pin = h.async_pwrite(buffer, target, offset, bool(truncate))
         else:
-            fn = h.async_pwrite if is_write else h.async_pread
-            result = fn(r.address, r.nbytes, target, offset)
-        self._keepalive.submitted(r.keepalive)
-        return result
+            pin = h.async_pread(buffer, target, offset)
+        self._keepalive.submitted(pin)
+        return 0
 
     def _sync(
-        self, is_write: bool, buffer: Any, target: Union[str, int], file_offset: int, validate: bool
+        self, is_write: bool, buffer: Any, target: Union[str, int], file_offset: int,
+        validate: bool, truncate: bool,
     ) -> int:
-        r = resolve(buffer, writable=not is_write)
+        buffer = lendable(buffer)
         offset = _check_offset(file_offset)
         h = self._h
         if isinstance(target, int):
-            if validate:
-                raise ValueError("fastpersist: validate needs a file name, not a file descriptor")
+            _check_fd_request(validate, truncate)
             # No sync call on a descriptor in the C++ API: submit, then drain like wait().
-            self._async(is_write, buffer, target, offset, False)
+            self._async(is_write, buffer, target, offset, False, False)
             return self.wait()
         # A sync call drains the handle like wait(), so it counts as a drain (_keepalive.py).
         with self._keepalive.drain(collects_pending=False):
             if validate:
-                fn = h.pwrite if is_write else h.pread
-                return fn(r.address, r.nbytes, target, True, False, offset)
-            fn = h.sync_pwrite if is_write else h.sync_pread
-            return fn(r.address, r.nbytes, target, offset)
+                if is_write:
+                    return h.pwrite(buffer, target, True, False, offset, bool(truncate))[0]
+                return h.pread(buffer, target, True, False, offset)[0]
+            if is_write:
+                return h.sync_pwrite(buffer, target, offset, bool(truncate))
+            return h.sync_pread(buffer, target, offset)
+
+
+def _check_fd_request(validate: bool, truncate: bool) -> None:
+    if validate:
+        raise ValueError("fastpersist: validate needs a file name, not a file descriptor")
+    if truncate:
+        raise ValueError("fastpersist: truncate applies to writes by file name; a caller's file "
+                         "descriptor is never truncated")
 
 
 def _async_flag(async_op: bool, kwargs: dict) -> bool:

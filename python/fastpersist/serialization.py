@@ -186,13 +186,14 @@ def _read_in_chunks(path: str, opts: Any, progress: Callable[[int, int], None]) 
         return bytearray()
     # Anonymous mmap: page-aligned (O_DIRECT lands in it with no bounce copy), not locked.
     buf = mmap.mmap(-1, size)
-    address, _ = _core.buffer_address(buf, True)
     handle = _core.AioHandle.create(opts)
     try:
-        for offset in range(0, size, _PROGRESS_CHUNK_BYTES):
-            n = min(_PROGRESS_CHUNK_BYTES, size - offset)
-            handle.sync_pread(address + offset, n, path, offset)
-            progress(offset + n, size)
+        with memoryview(buf) as view:
+            for offset in range(0, size, _PROGRESS_CHUNK_BYTES):
+                n = min(_PROGRESS_CHUNK_BYTES, size - offset)
+                with view[offset:offset + n] as chunk:
+                    handle.sync_pread(chunk, path, offset)
+                progress(offset + n, size)
     finally:
         handle.close()
     # Each chunk opens the path again: a file replaced meanwhile would give a mix of two files.

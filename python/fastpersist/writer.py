@@ -33,13 +33,16 @@ class FastFileWriter:
     ``with FastFileWriter(path) as f: torch.save(obj, f)`` commits the file when the block ends
     normally and leaves no file (and the old one untouched) when it raises.
 
+    Every option left as None takes the value of the C++ ``FastFileWriterOptions`` (the engine
+    knobs: ``EngineOptions`` and the environment), see docs/settings.md.
+
     Args:
         path: the file to create or replace.
-        io_buffer_mb: pinned staging memory in MiB, both halves together (default 64). It stays
-            this size whatever the checkpoint size.
+        io_buffer_mb: pinned staging memory in MiB, both halves together. It stays this size
+            whatever the checkpoint size.
         single_io_buffer: one staging half (fill, write, wait) instead of two that overlap.
         zero_copy: write block-aligned source memory straight to the file without copying.
-        durable: fdatasync the file and fsync its directory at close (default True).
+        durable: fdatasync the file and fsync its directory at close.
         num_parallel_writers, writer_rank, stripe_mb: split persisting among N writers that
             each run the same serialization; writer r persists stripes k with k % N == r. The
             file appears, complete, when the last writer closed, and only if every writer saw
@@ -47,8 +50,8 @@ class FastFileWriter:
             writer aborts (or its ``with`` block raises), the others' ``close()`` raise
             ``OSError`` (errno ``ECANCELED``) and no file appears.
         commit_timeout: seconds a parallel writer's ``close()`` that does not complete the set
-            waits for the others to commit the file (``None`` or 0, the default: return as soon
-            as this writer's stripes are durable, even if the set never completes). On success
+            waits for the others to commit the file (0, the C++ default: return as soon as this
+            writer's stripes are durable, even if the set never completes). On success
             ``file_committed`` is True; when the time is up ``close()`` raises ``TimeoutError``
             naming the ranks that have not closed and those that serialized different bytes
             (this writer commits nothing). A writer that is still running may still complete the
@@ -64,13 +67,13 @@ class FastFileWriter:
         self,
         path: PathLike,
         *,
-        io_buffer_mb: float = 64,
-        single_io_buffer: bool = False,
-        zero_copy: bool = True,
-        durable: bool = True,
-        num_parallel_writers: int = 1,
-        writer_rank: int = 0,
-        stripe_mb: float = 32,
+        io_buffer_mb: Optional[float] = None,
+        single_io_buffer: Optional[bool] = None,
+        zero_copy: Optional[bool] = None,
+        durable: Optional[bool] = None,
+        num_parallel_writers: Optional[int] = None,
+        writer_rank: Optional[int] = None,
+        stripe_mb: Optional[float] = None,
         commit_timeout: Optional[float] = None,
         backend: Optional[str] = None,
         block_size: Optional[int] = None,
@@ -82,15 +85,24 @@ class FastFileWriter:
         progress: Optional[Callable[[int], None]] = None,
     ) -> None:
         self._path = os.fsdecode(os.fspath(path))
+        # Starts from C++'s defaults (FastFileWriterOptions); only what the caller set changes.
         opts = _core.FastFileWriterOptions()
-        opts.io_buffer_bytes = int(io_buffer_mb * _MiB)
-        opts.single_io_buffer = bool(single_io_buffer)
-        opts.zero_copy = bool(zero_copy)
-        opts.durable = bool(durable)
-        opts.num_writers = int(num_parallel_writers)
-        opts.writer_rank = int(writer_rank)
-        opts.stripe_bytes = int(stripe_mb * _MiB)
-        opts.commit_timeout_seconds = _commit_timeout_seconds(commit_timeout)
+        if io_buffer_mb is not None:
+            opts.io_buffer_bytes = int(io_buffer_mb * _MiB)
+        if single_io_buffer is not None:
+            opts.single_io_buffer = bool(single_io_buffer)
+        if zero_copy is not None:
+            opts.zero_copy = bool(zero_copy)
+        if durable is not None:
+            opts.durable = bool(durable)
+        if num_parallel_writers is not None:
+            opts.num_writers = int(num_parallel_writers)
+        if writer_rank is not None:
+            opts.writer_rank = int(writer_rank)
+        if stripe_mb is not None:
+            opts.stripe_bytes = int(stripe_mb * _MiB)
+        if commit_timeout is not None:
+            opts.commit_timeout_seconds = _commit_timeout_seconds(commit_timeout)
         eng = engine_options(backend, block_size, queue_depth, intra_op_parallelism, single_submit,
                              overlap_events)
         self._show_statistics = show_statistics
@@ -189,11 +201,9 @@ class FastFileWriter:
         return f"<fastpersist.FastFileWriter {self._path!r} {state}, {self.bytes_written} bytes>"
 
 
-def _commit_timeout_seconds(value: Optional[float]) -> float:
-    """``commit_timeout`` as the C++ option: None is 0 (do not wait); TypeError / ValueError
-    for anything but a finite number >= 0."""
-    if value is None:
-        return 0.0
+def _commit_timeout_seconds(value: float) -> float:
+    """``commit_timeout`` as the C++ option; TypeError / ValueError for anything but a finite
+    number >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"fastpersist: commit_timeout must be a number of seconds or None, "
                         f"got {type(value).__name__}")

@@ -2,7 +2,10 @@
 // CheckpointManager: the lock, the queue of saves and the thread that runs them, failure
 // reporting, and retention. The commit protocol itself is in save_job.cc.
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -25,6 +28,12 @@
 namespace fastpersist {
 
 using checkpoint::join_path;
+
+namespace {
+Status repair_latest_pointer(const std::string& root, const std::vector<CheckpointInfo>& committed,
+                             bool durable);
+std::string latest_pointer_tag(const std::string& root);
+}  // namespace
 
 struct CheckpointManager::Impl {
   Impl(std::string r, const CheckpointOptions& o)
@@ -104,7 +113,27 @@ struct CheckpointManager::Impl {
       return Status::from_errno(errno, "cannot move checkpoint '" + tag + "' aside to remove it").with_path(dir);
     }
     if (options.durable) FP_RETURN_IF_ERROR(checkpoint::fsync_dir(root));
-    return checkpoint::remove_tree(trash);
+    Status repointed = repoint_latest_after_removal({tag});
+    Status removed = checkpoint::remove_tree(trash);
+    return repointed.is_ok() ? removed : repointed;
+  }
+
+  // After `removed` left the root: if `latest` named one of them, it names the newest remaining
+  // checkpoint again, or is removed when none remains, so it lags only after a crash (which the
+  // next open repairs). Under pointer_mu, so a save committing meanwhile is never pointed back.
+  Status repoint_latest_after_removal(const std::vector<std::string>& removed) {
+    std::lock_guard pointer_lock(pointer_mu);
+    std::string named = latest_pointer_tag(root);
+    if (named.empty() || std::find(removed.begin(), removed.end(), named) == removed.end()) {
+      return Status::ok();
+    }
+    FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+    if (!scan.committed.empty()) return repair_latest_pointer(root, scan.committed, options.durable);
+    std::string path = join_path(root, kLatestFileName);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::from_errno(errno, "cannot remove the 'latest' pointer").with_path(path);
+    }
+    return options.durable ? checkpoint::fsync_dir(root) : Status::ok();
   }
 
   // Removes what the policy selects; `keep_tag` (the one just committed) is never removed.
@@ -162,6 +191,9 @@ struct CheckpointManager::Impl {
   bool stop = false;
   bool closed = false;
   std::mutex close_mu;  // serializes close(); taken before mu
+  // Serializes updates of <root>/latest: a save's commit and pointer update (SaveJob::pointer_mu)
+  // and the repointing after a removal. Never held while taking mu.
+  std::mutex pointer_mu;
   std::thread worker;
 };
 
@@ -189,6 +221,15 @@ Status repair_latest_pointer(const std::string& root, const std::vector<Checkpoi
   auto have = checkpoint::read_small_file(path, 4096);
   if (have.is_ok() && *have == want) return Status::ok();
   return checkpoint::replace_file_atomically(path, want, durable);
+}
+
+// The tag `latest` names, or "" when there is no (readable) pointer.
+std::string latest_pointer_tag(const std::string& root) {
+  auto text = checkpoint::read_small_file(join_path(root, kLatestFileName), 4096);
+  if (!text.is_ok()) return "";
+  std::string tag = std::move(text).value();
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r')) tag.pop_back();
+  return tag;
 }
 
 }  // namespace
@@ -270,6 +311,7 @@ Result<PendingSave> CheckpointManager::save_async(const std::string& tag, Checkp
   job.content = std::move(content);
   job.files = std::move(files);
   job.state = state;
+  job.pointer_mu = &m.pointer_mu;
   m.queue.push_back(std::move(job));
   m.pending_tags.insert(tag);
   ++m.pending;

@@ -168,6 +168,8 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   FP_RETURN_IF_ERROR(write_new_file(join_path(tmp, kManifestFileName), manifest_text, options.durable));
   if (options.durable) FP_RETURN_IF_ERROR(fsync_dir(tmp));
   // 4.
+  std::unique_lock<std::mutex> pointer_lock;
+  if (job.pointer_mu != nullptr) pointer_lock = std::unique_lock(*job.pointer_mu);
   std::string target = join_path(job.root, job.tag);
   Status renamed = rename_no_replace(tmp, target);
   if (renamed.code() == StatusCode::kAlreadyExists) {

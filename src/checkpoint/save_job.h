@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "checkpoint/pending_save.h"
@@ -37,6 +38,9 @@ struct SaveJob {
   std::vector<PlannedFile> files;  // from plan_content, made once when the save is queued
   uint64_t sequence = 0;
   std::shared_ptr<PendingSave::State> state;
+  // Held from the rename into place (4) through the pointer update (5), so a removal that
+  // repoints `latest` meanwhile never points it back past this commit. May be null.
+  std::mutex* pointer_mu = nullptr;
 };
 
 // What save_async does before queueing: checks the metadata, the tensor descriptions, names

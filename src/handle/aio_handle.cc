@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -51,29 +52,58 @@ Status compare_with_file(const std::byte* expected, size_t bytes, const std::str
 
 }  // namespace
 
+struct AioHandle::Impl {
+  // A request submitted with `validate`, compared with the file once it finished.
+  struct Validation {
+    bool is_write;
+    const std::byte* buffer;
+    size_t bytes;
+    std::string path;
+    int fd;
+    uint64_t offset;
+    IoTicket ticket;
+  };
+
+  explicit Impl(std::unique_ptr<IoEngine> e) : engine(std::move(e)) {}
+
+  Result<int> start(const IoRequest& request, bool validate, bool async_op);
+  Result<int> wait();
+  Status run_validations(std::vector<Validation> checks);
+
+  std::unique_ptr<IoEngine> engine;
+  PinnedBufferPool pool;
+  mutable std::mutex mu;  // guards pending_validations and locked
+  std::vector<Validation> pending_validations;
+  std::vector<std::shared_ptr<PinnedBuffer>> locked;
+};
+
 Result<std::unique_ptr<AioHandle>> AioHandle::create(const EngineOptions& options) {
   FP_ASSIGN_OR_RETURN(auto engine, IoEngine::create(options));
-  return std::unique_ptr<AioHandle>(new AioHandle(std::move(engine)));
+  return std::unique_ptr<AioHandle>(new AioHandle(std::make_unique<Impl>(std::move(engine))));
 }
 
-AioHandle::AioHandle(std::unique_ptr<IoEngine> engine) : engine_(std::move(engine)) {}
+AioHandle::AioHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-AioHandle::~AioHandle() { (void)engine_->wait(); }
+AioHandle::~AioHandle() { (void)impl_->engine->wait(); }
 
-size_t AioHandle::get_block_size() const { return engine_->options().block_size; }
-unsigned AioHandle::get_queue_depth() const { return engine_->options().queue_depth; }
-bool AioHandle::get_single_submit() const { return engine_->options().single_submit; }
-bool AioHandle::get_overlap_events() const { return engine_->options().overlap_events; }
-unsigned AioHandle::get_intra_op_parallelism() const { return engine_->options().intra_op_parallelism; }
+IoEngine& AioHandle::engine() { return *impl_->engine; }
+
+size_t AioHandle::get_block_size() const { return impl_->engine->options().block_size; }
+unsigned AioHandle::get_queue_depth() const { return impl_->engine->options().queue_depth; }
+bool AioHandle::get_single_submit() const { return impl_->engine->options().single_submit; }
+bool AioHandle::get_overlap_events() const { return impl_->engine->options().overlap_events; }
+unsigned AioHandle::get_intra_op_parallelism() const {
+  return impl_->engine->options().intra_op_parallelism;
+}
 size_t AioHandle::get_alignment() const { return kHandleAlignment * get_intra_op_parallelism(); }
 
-Result<int> AioHandle::start(IoRequest request, bool validate, bool async_op) {
-  FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->submit(request));
+Result<int> AioHandle::Impl::start(const IoRequest& request, bool validate, bool async_op) {
+  FP_ASSIGN_OR_RETURN(IoTicket ticket, engine->submit(request));
   if (validate) {
-    std::lock_guard lock(mu_);
-    pending_validations_.push_back({request.kind == IoKind::kWrite, request.buffer,
-                                    static_cast<size_t>(request.length), request.path, request.fd,
-                                    request.file_offset, ticket});
+    std::lock_guard lock(mu);
+    pending_validations.push_back({request.kind == IoKind::kWrite, request.buffer,
+                                   static_cast<size_t>(request.length), request.path, request.fd,
+                                   request.file_offset, ticket});
   }
   if (async_op) return 0;
   // Another thread's wait() may collect our request; our own ticket still tells when it is done
@@ -85,19 +115,21 @@ Result<int> AioHandle::start(IoRequest request, bool validate, bool async_op) {
   return std::max(*drained, 1);
 }
 
-Result<int> AioHandle::wait() {
-  Result<size_t> done = engine_->wait();
+Result<int> AioHandle::wait() { return impl_->wait(); }
+
+Result<int> AioHandle::Impl::wait() {
+  Result<size_t> done = engine->wait();
   std::vector<Validation> checks;
   {
-    std::lock_guard lock(mu_);
-    checks.swap(pending_validations_);
+    std::lock_guard lock(mu);
+    checks.swap(pending_validations);
   }
   if (!done.is_ok()) return done.status();
   FP_RETURN_IF_ERROR(run_validations(std::move(checks)));
   return static_cast<int>(*done);
 }
 
-Status AioHandle::run_validations(std::vector<Validation> checks) {
+Status AioHandle::Impl::run_validations(std::vector<Validation> checks) {
   for (const Validation& v : checks) {
     // The request may belong to another thread's batch: compare only once it finished.
     Result<uint64_t> done = v.ticket.wait();
@@ -109,7 +141,7 @@ Status AioHandle::run_validations(std::vector<Validation> checks) {
 
 namespace {
 IoRequest make_request(IoKind kind, const void* buffer, size_t bytes, const std::string& path, int fd,
-                       uint64_t offset) {
+                       uint64_t offset, bool truncate = false) {
   IoRequest r;
   r.kind = kind;
   r.buffer = static_cast<std::byte*>(const_cast<void*>(buffer));
@@ -117,58 +149,64 @@ IoRequest make_request(IoKind kind, const void* buffer, size_t bytes, const std:
   r.path = path;
   r.fd = fd;
   r.file_offset = offset;
+  r.truncate = truncate;
   return r;
 }
 }  // namespace
 
 Result<int> AioHandle::pwrite(const void* buffer, size_t bytes, const std::string& path, bool validate,
-                              bool async_op, uint64_t file_offset) {
-  return start(make_request(IoKind::kWrite, buffer, bytes, path, -1, file_offset), validate, async_op);
+                              bool async_op, uint64_t file_offset, bool truncate) {
+  return impl_->start(make_request(IoKind::kWrite, buffer, bytes, path, -1, file_offset, truncate),
+                      validate, async_op);
 }
 Result<int> AioHandle::pread(void* buffer, size_t bytes, const std::string& path, bool validate,
                              bool async_op, uint64_t file_offset) {
-  return start(make_request(IoKind::kRead, buffer, bytes, path, -1, file_offset), validate, async_op);
+  return impl_->start(make_request(IoKind::kRead, buffer, bytes, path, -1, file_offset), validate,
+                      async_op);
 }
-Result<int> AioHandle::sync_pwrite(const void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
-  return pwrite(buffer, bytes, path, false, false, file_offset);
+Result<int> AioHandle::sync_pwrite(const void* buffer, size_t bytes, const std::string& path,
+                                   uint64_t file_offset, bool truncate) {
+  return pwrite(buffer, bytes, path, false, false, file_offset, truncate);
 }
 Result<int> AioHandle::sync_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
   return pread(buffer, bytes, path, false, false, file_offset);
 }
-Result<int> AioHandle::async_pwrite(const void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
-  return pwrite(buffer, bytes, path, false, true, file_offset);
+Result<int> AioHandle::async_pwrite(const void* buffer, size_t bytes, const std::string& path,
+                                    uint64_t file_offset, bool truncate) {
+  return pwrite(buffer, bytes, path, false, true, file_offset, truncate);
 }
 Result<int> AioHandle::async_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
   return pread(buffer, bytes, path, false, true, file_offset);
 }
 Result<int> AioHandle::async_pwrite_fd(const void* buffer, size_t bytes, int fd, uint64_t file_offset) {
   if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
-  return start(make_request(IoKind::kWrite, buffer, bytes, "", fd, file_offset), false, true);
+  return impl_->start(make_request(IoKind::kWrite, buffer, bytes, "", fd, file_offset), false, true);
 }
 Result<int> AioHandle::async_pread_fd(void* buffer, size_t bytes, int fd, uint64_t file_offset) {
   if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
-  return start(make_request(IoKind::kRead, buffer, bytes, "", fd, file_offset), false, true);
+  return impl_->start(make_request(IoKind::kRead, buffer, bytes, "", fd, file_offset), false, true);
 }
 
 Result<std::shared_ptr<PinnedBuffer>> AioHandle::new_cpu_locked_buffer(size_t bytes) {
-  FP_ASSIGN_OR_RETURN(auto buffer, pool_.acquire(bytes));
-  std::lock_guard lock(mu_);
-  locked_.push_back(buffer);
+  FP_ASSIGN_OR_RETURN(auto buffer, impl_->pool.acquire(bytes));
+  std::lock_guard lock(impl_->mu);
+  impl_->locked.push_back(buffer);
   return buffer;
 }
 
 bool AioHandle::free_cpu_locked_buffer(const void* data) {
-  std::lock_guard lock(mu_);
-  auto it = std::find_if(locked_.begin(), locked_.end(),
+  std::lock_guard lock(impl_->mu);
+  auto& locked = impl_->locked;
+  auto it = std::find_if(locked.begin(), locked.end(),
                          [&](const auto& b) { return b->data() == data; });
-  if (it == locked_.end()) return false;
-  locked_.erase(it);
+  if (it == locked.end()) return false;
+  locked.erase(it);
   return true;
 }
 
 bool AioHandle::is_pinned(const void* data, size_t bytes) const {
-  std::lock_guard lock(mu_);
-  return std::any_of(locked_.begin(), locked_.end(),
+  std::lock_guard lock(impl_->mu);
+  return std::any_of(impl_->locked.begin(), impl_->locked.end(),
                      [&](const auto& b) { return b->contains(data, bytes); });
 }
 

@@ -90,6 +90,11 @@ Result<IoTicket> IoEngine::Impl::start(const IoRequest& r) {
   if (r.file_offset > UINT64_MAX - r.length || r.file_offset + r.length > uint64_t{INT64_MAX}) {
     return Status(StatusCode::kInvalidArgument, "file offset + length overflows");
   }
+  if (r.truncate && (r.kind != IoKind::kWrite || r.fd >= 0)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "truncate applies only to writes by path (a caller's descriptor is never "
+                  "truncated)");
+  }
   bool want_direct = options.direct_io && r.length >= options.direct_io_min_bytes;
   FP_ASSIGN_OR_RETURN(std::shared_ptr<io::OpenFile> file, io::open_for_request(r, want_direct));
   if (want_direct && !file->direct_fd.valid()) {

@@ -91,7 +91,7 @@ Result<std::shared_ptr<OpenFile>> open_for_request(const IoRequest& r, bool want
       return Status(StatusCode::kInvalidArgument, "request names neither a path nor a descriptor");
     }
     int flags = access | O_CLOEXEC;
-    if (write) flags |= O_CREAT | (r.file_offset == 0 ? O_TRUNC : 0);
+    if (write) flags |= O_CREAT | (r.truncate ? O_TRUNC : 0);
     int fd = ::open(r.path.c_str(), flags, 0644);
     if (fd < 0) return open_error(errno, r, what);
     file->buffered_fd.reset(fd);

@@ -23,7 +23,7 @@ struct OpenFile {
 };
 
 // Opens the file a request names (by path or the caller's fd), applying the engine's rules:
-// writes by path at offset 0 truncate; O_DIRECT is attempted when `want_direct`, with fallback;
+// a write by path truncates only when the request asks for it; O_DIRECT is attempted when `want_direct`, with fallback;
 // reads past the end of the file are rejected here.
 Result<std::shared_ptr<OpenFile>> open_for_request(const IoRequest& request, bool want_direct);
 

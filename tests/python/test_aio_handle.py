@@ -150,11 +150,91 @@ def test_file_offsets(handle, tmp_path, offset):
     assert torch.equal(back, body)
 
 
-def test_write_at_offset_zero_replaces_a_longer_file(handle, tmp_path):
+def test_truncate_replaces_a_longer_file(handle, tmp_path):
     path = tmp_path / "r.bin"
     handle.sync_pwrite(os.urandom(100_000), path)
-    handle.sync_pwrite(b"short", path)
+    handle.sync_pwrite(b"short", path, truncate=True)
     assert file_bytes(path) == b"short"
+    handle.async_pwrite(os.urandom(100_000), path)
+    handle.wait()
+    handle.async_pwrite(b"tail", path, 10, truncate=True)
+    handle.wait()
+    assert file_bytes(path) == bytes(10) + b"tail"
+    handle.pwrite(b"validated", path, True, False, truncate=True)
+    assert file_bytes(path) == b"validated"
+
+
+def test_shorter_rewrite_leaves_the_old_tail(handle, tmp_path):
+    path = tmp_path / "r.bin"
+    old = os.urandom(100_000)
+    handle.sync_pwrite(old, path)
+    handle.sync_pwrite(b"short", path)
+    assert file_bytes(path) == b"short" + old[5:]
+
+
+def test_truncate_is_refused_for_a_file_descriptor(handle, tmp_path):
+    path = tmp_path / "fd.bin"
+    path.write_bytes(b"x" * 100)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with pytest.raises(ValueError, match="never truncated"):
+            handle.sync_pwrite(b"ab", fd=fd, truncate=True)
+    finally:
+        os.close(fd)
+    assert file_bytes(path) == b"x" * 100
+
+
+# Regression (issue 10): 8 MiB at file offsets 8, 16 and 24 MiB, then 8 MiB at offset 0, shrank
+# the file from 32 MiB to 8 MiB: the write at offset 0 opened it with O_TRUNC.
+def test_write_at_offset_zero_keeps_ranges_written_before(handle, tmp_path):
+    part = 8 << 20
+    path = tmp_path / "ranges.bin"
+    data = torch.randint(0, 256, (4 * part,), dtype=torch.uint8)
+    for i in (1, 2, 3, 0):
+        assert handle.sync_pwrite(data[i * part:(i + 1) * part], path, i * part) == 1
+    assert os.path.getsize(path) == 4 * part
+    back = torch.empty_like(data)
+    handle.sync_pread(back, path)
+    assert torch.equal(back, data)
+
+
+def test_threads_writing_disjoint_ranges_of_one_file_keep_every_range(handle, tmp_path):
+    import threading
+
+    part, parts = 1 << 20, 8
+    path = tmp_path / "threads.bin"
+    data = torch.randint(0, 256, (parts * part,), dtype=torch.uint8)
+    errors = []
+    start = threading.Barrier(parts)
+
+    def write(i):
+        try:
+            start.wait()
+            handle.sync_pwrite(data[i * part:(i + 1) * part], path, i * part)
+        except Exception as e:  # reported below, with the failing range
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in reversed(range(parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    back = torch.empty_like(data)
+    handle.sync_pread(back, path)
+    assert torch.equal(back, data)
+
+
+def test_async_batch_of_disjoint_ranges_keeps_every_range(handle, tmp_path):
+    part = 1 << 20
+    path = tmp_path / "batch.bin"
+    data = torch.randint(0, 256, (8 * part,), dtype=torch.uint8)
+    for i in (3, 0, 7, 5, 1, 2, 6, 4):
+        assert handle.async_pwrite(data[i * part:(i + 1) * part], path, i * part) == 0
+    assert handle.wait() == 8
+    back = torch.empty_like(data)
+    handle.sync_pread(back, path)
+    assert torch.equal(back, data)
 
 
 def test_pathlike_and_str_paths(handle, tmp_path):

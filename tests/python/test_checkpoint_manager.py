@@ -413,6 +413,24 @@ def test_prune_and_remove(tmp_path):
     assert sorted(n for n in os.listdir(tmp_path) if not n.startswith(".lock")) == ["latest", "x"]
 
 
+# Regression (issue 10): removing the newest checkpoint left `latest` naming the deleted
+# directory until the next open.
+def test_removing_the_newest_points_latest_at_the_newest_remaining(tmp_path):
+    pointer = tmp_path / "latest"
+    with _manager(tmp_path) as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, {"x": torch.full((2,), float(step))})
+        mgr.remove(3)
+        assert pointer.read_text() == tag_for(2) + "\n"
+        mgr.remove(1)  # not the one `latest` names: the pointer stays
+        assert pointer.read_text() == tag_for(2) + "\n"
+        assert torch.equal(mgr.load()["x"], torch.full((2,), 2.0))
+        mgr.remove(2)
+        assert not pointer.exists() and mgr.latest() is None
+        mgr.save(4, {"x": torch.ones(1)})
+        assert pointer.read_text() == tag_for(4) + "\n"
+
+
 def test_bad_policies_are_refused(tmp_path):
     for kwargs in [{"keep_last": 0}, {"keep_every": 0}, {"max_in_flight": 0},
                    {"staging_window": "1000"}]:

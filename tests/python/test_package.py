@@ -99,5 +99,6 @@ def test_python_defaults_agree_with_the_cpp_defaults_table():
         "overlap_events",
         "intra_op_parallelism",
     ):
-        assert params[name].default == getattr(cpp, name), name
+        # None: C++'s value (tests/python/test_defaults.py checks what the handle gets).
+        assert params[name].default is None, name
     assert cpp.backend == "auto"

@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // latest_checkpoint is the newest committed checkpoint by commit order, whatever <root>/latest
 // says (missing, garbage, older, removed, damaged); a manager opening the root repairs a stale
-// pointer file for other tools.
+// pointer file for other tools, and a manager removing the checkpoint it names repoints it.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
@@ -66,10 +72,55 @@ TEST_F(LatestPointerTest, TheNextManagerRepairsAStalePointer) {
   EXPECT_EQ(read_text(pointer_), "b\n");
 }
 
-TEST_F(LatestPointerTest, PointerToARemovedCheckpoint) {
+// Regression (issue 10): removing the newest checkpoint left `latest` naming the deleted
+// directory until the next open.
+TEST_F(LatestPointerTest, RemovingTheNewestPointsLatestAtTheNewestRemaining) {
   FP_ASSERT_OK(mgr_->remove("b"));
-  EXPECT_EQ(read_text(pointer_), "b\n");  // stale on purpose: remove() does not rewrite it
+  EXPECT_EQ(read_text(pointer_), "c\n");
   EXPECT_EQ(latest(), "c");
+  FP_ASSERT_OK(mgr_->remove("c"));
+  EXPECT_EQ(read_text(pointer_), "a\n");
+}
+
+TEST_F(LatestPointerTest, RemovingAnOlderOneLeavesThePointerAsItIs) {
+  FP_ASSERT_OK(mgr_->remove("a"));
+  EXPECT_EQ(read_text(pointer_), "b\n");
+  FP_ASSERT_OK(mgr_->remove("c"));
+  EXPECT_EQ(read_text(pointer_), "b\n");
+}
+
+TEST_F(LatestPointerTest, RemovingTheLastCheckpointRemovesThePointer) {
+  for (const char* tag : {"a", "b", "c"}) FP_ASSERT_OK(mgr_->remove(tag));
+  EXPECT_FALSE(std::filesystem::exists(pointer_));
+  EXPECT_EQ(latest(), std::nullopt);
+  // The next save points it again.
+  TestState s;
+  s.add("w", "F32", {4}, 2);
+  FP_ASSERT_OK(mgr_->save("d", s.content()));
+  EXPECT_EQ(read_text(pointer_), "d\n");
+}
+
+// prune() never removes the newest checkpoint, so it can remove the one `latest` names only
+// when the pointer lags (written here by hand, as a crash would leave it).
+TEST_F(LatestPointerTest, PruneRemovingTheCheckpointALaggingPointerNamesRepointsIt) {
+  write_text(pointer_, "a\n");
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> removed, mgr_->prune(1, std::nullopt, false, nullptr));
+  EXPECT_EQ(removed, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(read_text(pointer_), "b\n");
+}
+
+TEST_F(LatestPointerTest, RemovalsRacingSavesNeverPointBackPastACommit) {
+  TestState s;
+  s.add("w", "F32", {16}, 3);
+  // Saves commit on the manager's thread while this thread removes older checkpoints: the
+  // pointer must end on the last save, never on a checkpoint committed before it.
+  for (int i = 0; i < 20; ++i) {
+    std::string tag = "s" + std::to_string(100 + i);
+    FP_ASSERT_OK_AND_ASSIGN(PendingSave pending, mgr_->save_async(tag, s.content()));
+    if (i > 0) FP_ASSERT_OK(mgr_->remove("s" + std::to_string(100 + i - 1)));
+    FP_ASSERT_OK(pending.wait());
+    EXPECT_EQ(read_text(pointer_), tag + "\n");
+  }
 }
 
 TEST_F(LatestPointerTest, PointerToADamagedCheckpoint) {

@@ -8,10 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace fastpersist {
@@ -117,13 +120,84 @@ TEST_F(AioHandleTest, FileOffsetsBuildOneFile) {
   EXPECT_EQ(back, data);
 }
 
-TEST_F(AioHandleTest, WriteAtOffsetZeroReplacesLongerFile) {
+TEST_F(AioHandleTest, TruncateReplacesALongerFile) {
+  auto h = make();
+  auto big = random_bytes(1 << 20, 2);
+  auto small = random_bytes(5000, 3);
+  ASSERT_TRUE(h->sync_pwrite(big.data(), big.size(), path("x")).is_ok());
+  ASSERT_TRUE(h->sync_pwrite(small.data(), small.size(), path("x"), 0, /*truncate=*/true).is_ok());
+  EXPECT_EQ(fs::file_size(path("x")), small.size());
+  ASSERT_EQ(*h->async_pwrite(big.data(), big.size(), path("x")), 0);
+  ASSERT_EQ(*h->wait(), 1);
+  ASSERT_EQ(*h->async_pwrite(small.data(), small.size(), path("x"), 100, /*truncate=*/true), 0);
+  ASSERT_EQ(*h->wait(), 1);
+  EXPECT_EQ(fs::file_size(path("x")), 100 + small.size());
+  ASSERT_TRUE(h->pwrite(big.data(), big.size(), path("x"), true, false, 0, /*truncate=*/true).is_ok());
+  EXPECT_EQ(fs::file_size(path("x")), big.size());
+}
+
+TEST_F(AioHandleTest, ShorterRewriteLeavesTheOldTail) {
   auto h = make();
   auto big = random_bytes(1 << 20, 2);
   auto small = random_bytes(5000, 3);
   ASSERT_TRUE(h->sync_pwrite(big.data(), big.size(), path("x")).is_ok());
   ASSERT_TRUE(h->sync_pwrite(small.data(), small.size(), path("x")).is_ok());
-  EXPECT_EQ(fs::file_size(path("x")), small.size());
+  std::vector<std::byte> expected = big;
+  std::copy(small.begin(), small.end(), expected.begin());
+  std::vector<std::byte> back(big.size());
+  ASSERT_TRUE(h->sync_pread(back.data(), back.size(), path("x")).is_ok());
+  EXPECT_EQ(back, expected);
+}
+
+// Regression (issue 10): 8 MiB at file offsets 8, 16 and 24 MiB, then 8 MiB at offset 0, shrank
+// the file from 32 MiB to 8 MiB, because the write at offset 0 opened it with O_TRUNC.
+TEST_F(AioHandleTest, WriteAtOffsetZeroKeepsDisjointRangesWrittenBefore) {
+  constexpr size_t kPart = size_t{8} << 20;
+  auto h = make();
+  auto data = random_bytes(4 * kPart, 21);
+  for (size_t i : {1, 2, 3, 0}) {
+    ASSERT_EQ(*h->sync_pwrite(data.data() + i * kPart, kPart, path("f"), i * kPart), 1);
+  }
+  EXPECT_EQ(fs::file_size(path("f")), 4 * kPart);
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(h->sync_pread(back.data(), back.size(), path("f")).is_ok());
+  EXPECT_EQ(back, data);
+}
+
+TEST_F(AioHandleTest, AsyncBatchOfDisjointRangesKeepsEveryRange) {
+  constexpr size_t kPart = size_t{1} << 20;
+  auto h = make();
+  auto data = random_bytes(8 * kPart, 22);
+  for (size_t i : {3, 0, 7, 5, 1, 2, 6, 4}) {
+    ASSERT_EQ(*h->async_pwrite(data.data() + i * kPart, kPart, path("f"), i * kPart), 0);
+  }
+  ASSERT_EQ(*h->wait(), 8);
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(h->sync_pread(back.data(), back.size(), path("f")).is_ok());
+  EXPECT_EQ(back, data);
+}
+
+TEST_F(AioHandleTest, ThreadsWritingDisjointRangesKeepEveryRange) {
+  constexpr size_t kPart = size_t{1} << 20;
+  constexpr size_t kThreads = 8;
+  auto h = make();
+  auto data = random_bytes(kThreads * kPart, 23);
+  std::vector<std::thread> threads;
+  std::vector<int> results(kThreads, -1);
+  // The thread writing offset 0 starts last, after the others have had time to write.
+  for (size_t t = kThreads; t-- > 0;) {
+    threads.emplace_back([&, t] {
+      if (t == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto r = h->sync_pwrite(data.data() + t * kPart, kPart, path("f"), t * kPart);
+      results[t] = r.is_ok() ? 1 : 0;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < kThreads; ++t) EXPECT_EQ(results[t], 1) << "thread " << t;
+  EXPECT_EQ(fs::file_size(path("f")), data.size());
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(h->sync_pread(back.data(), back.size(), path("f")).is_ok());
+  EXPECT_EQ(back, data);
 }
 
 TEST_F(AioHandleTest, ValidateDetectsGoodAndBadData) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -94,13 +95,13 @@ TEST_P(EngineTest, MisalignedBuffersBounceOnlyForODirect) {
   }
 }
 
-TEST_P(EngineTest, OverwritingALongerFileLeavesNoStaleTail) {
+TEST_P(EngineTest, TruncatingWriteOfALongerFileLeavesNoStaleTail) {
   for (uint64_t size : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{4097}, kMiB + 7}) {
     SCOPED_TRACE("new size " + std::to_string(size));
     std::string path = dir_.file("overwrite-" + std::to_string(size));
     FP_ASSERT_OK(write_whole_file(path, random_bytes(2 * kMiB + 5, 9)));
     std::vector<std::byte> fresh = random_bytes(size, size);
-    FP_ASSERT_OK(write_at(path, fresh.data(), size, 0));
+    FP_ASSERT_OK(write_at(path, fresh.data(), size, 0, /*truncate=*/true));
     FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk, read_whole_file(path));
     EXPECT_EQ("", first_difference(fresh, on_disk));
   }
@@ -109,9 +110,60 @@ TEST_P(EngineTest, OverwritingALongerFileLeavesNoStaleTail) {
   std::vector<std::byte> longer = random_bytes(3 * kMiB, 3);
   FP_ASSERT_OK(write_at(path, longer.data(), longer.size(), 0));
   std::vector<std::byte> shorter = random_bytes(kMiB + 1, 4);
-  FP_ASSERT_OK(write_at(path, shorter.data(), shorter.size(), 0));
+  FP_ASSERT_OK(write_at(path, shorter.data(), shorter.size(), 0, /*truncate=*/true));
   FP_ASSERT_OK_AND_ASSIGN(uint64_t size, file_size(path));
   EXPECT_EQ(size, shorter.size());
+}
+
+// Regression: a write by path at offset 0 used to open with O_TRUNC and destroy what other
+// requests had written to the rest of the file.
+TEST_P(EngineTest, WriteAtOffsetZeroKeepsBytesOtherRequestsWrote) {
+  std::string path = dir_.file("disjoint");
+  std::vector<std::byte> content = random_bytes(4 * kMiB, 11);
+  for (uint64_t i : {1, 2, 3, 0}) {  // offset 0 last, as in the report
+    FP_ASSERT_OK(write_at(path, content.data() + i * kMiB, kMiB, i * kMiB));
+  }
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk, read_whole_file(path));
+  EXPECT_EQ("", first_difference(content, on_disk));
+  // Submitted together, in any order, the ranges still make up the whole file.
+  std::string batch = dir_.file("disjoint-batch");
+  for (uint64_t i : {2, 0, 3, 1}) {
+    FP_ASSERT_OK(engine_->submit(request(IoKind::kWrite, batch, content.data() + i * kMiB, kMiB, i * kMiB)));
+  }
+  FP_ASSERT_OK_AND_ASSIGN(size_t n, engine_->wait());
+  EXPECT_EQ(n, 4u);
+  FP_ASSERT_OK_AND_ASSIGN(on_disk, read_whole_file(batch));
+  EXPECT_EQ("", first_difference(content, on_disk));
+}
+
+TEST_P(EngineTest, ShorterRewriteWithoutTruncateLeavesTheOldTail) {
+  std::string path = dir_.file("rewrite");
+  std::vector<std::byte> longer = random_bytes(2 * kMiB + 5, 12);
+  FP_ASSERT_OK(write_at(path, longer.data(), longer.size(), 0));
+  std::vector<std::byte> head = random_bytes(kMiB + 1, 13);
+  FP_ASSERT_OK(write_at(path, head.data(), head.size(), 0));
+  std::vector<std::byte> expected = longer;
+  std::copy(head.begin(), head.end(), expected.begin());
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk, read_whole_file(path));
+  EXPECT_EQ("", first_difference(expected, on_disk));
+}
+
+TEST_P(EngineTest, TruncateIsRefusedForReadsAndDescriptors) {
+  std::string path = dir_.file("t");
+  std::vector<std::byte> data = random_bytes(4096, 14);
+  FP_ASSERT_OK(write_at(path, data.data(), data.size(), 0));
+  IoRequest read = request(IoKind::kRead, path, data.data(), data.size());
+  read.truncate = true;
+  EXPECT_EQ(engine_->submit(read).status().code(), StatusCode::kInvalidArgument);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  IoRequest by_fd = request(IoKind::kWrite, "", data.data(), 100);
+  by_fd.fd = fd;
+  by_fd.truncate = true;
+  EXPECT_EQ(engine_->submit(by_fd).status().code(), StatusCode::kInvalidArgument);
+  ::close(fd);
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t size, file_size(path));
+  EXPECT_EQ(size, data.size());
 }
 
 TEST_P(EngineTest, WritingAtAnOffsetPreservesTheOtherBytes) {
@@ -217,7 +269,7 @@ TEST_P(EngineTest, ManyConcurrentRangesOfOneFile) {
   fill_random(content.span(), 42);
   std::string path = dir_.file("shared");
   run_with_watchdog(seconds(60), "64 concurrent ranges of one file", [&] {
-    // The request at offset 0 goes first: it creates (and truncates) the file at submission.
+    // No request truncates, so the submission order of the ranges does not matter.
     for (int i = 0; i < kRanges; ++i) {
       IoRequest r = request(IoKind::kWrite, path, content.data() + offsets[i], lengths[i], offsets[i]);
       FP_ASSERT_OK(engine_->submit(r));

@@ -85,13 +85,14 @@ void EngineTest::SetUp() {
 }
 
 Result<uint64_t> EngineTest::write_at(const std::string& path, const std::byte* data, uint64_t length,
-                                      uint64_t offset) {
+                                      uint64_t offset, bool truncate) {
   IoRequest r;
   r.kind = IoKind::kWrite;
   r.buffer = const_cast<std::byte*>(data);
   r.length = length;
   r.path = path;
   r.file_offset = offset;
+  r.truncate = truncate;
   return engine_->run(r);
 }
 
