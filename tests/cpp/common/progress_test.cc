@@ -74,8 +74,11 @@ TEST(ProgressBar, BlanksLeftoversOfALongerLineAndClearsOnFailure) {
   bar.update(0, 0);        // ... then a shorter line: padded over the old one
   ASSERT_EQ(frames.size(), 2u);
   EXPECT_EQ(frames[1].size(), frames[0].size());
+  // Clearing blanks the last line; what lay beyond it was blanked by that line's padding.
   bar.finish(/*clear=*/true);
-  EXPECT_EQ(frames.back(), "\r" + std::string(frames[0].size() - 1, ' ') + "\r");
+  const size_t last = ProgressBar::render("x", 0, 0, 1.0).size();
+  EXPECT_EQ(frames[1].substr(last + 1), std::string(frames[1].size() - last - 1, ' '));
+  EXPECT_EQ(frames.back(), "\r" + std::string(last, ' ') + "\r");
 }
 
 TEST(ProgressBar, DisabledOrUndrawnBarsWriteNothing) {
