@@ -55,8 +55,8 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
         [(name, DTYPE_TO_SAFETENSORS[t.dtype], list(t.shape)) for name, t in ordered], meta,
         _ALIGNMENT)
     file_size = len(header) + sum(t.numel() * t.element_size() for _, t in ordered)
-    writer_options = {} if durable is None else {"durable": bool(durable)}
-    with FastFileWriter(path, **writer_options) as w:
+    writer = FastFileWriter(path) if durable is None else FastFileWriter(path, durable=bool(durable))
+    with writer as w:
         if progress is not None:
             progress(0, file_size)
         w.write(header)
