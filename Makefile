@@ -42,7 +42,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config python3 python3-ven
 PY_SOURCES := pyproject.toml CMakeLists.txt \
   $(shell find cmake include src tools python -type f \
       \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \
-         -o -name '*.typed' \) -not -path '*/__pycache__/*' 2>/dev/null)
+         -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: all deps venv build python test test-cpp test-python example demo clean distclean \
   sanitize $(SANITIZERS:%=sanitize-%)

@@ -1,77 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "checkpoint_paths.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
 
-#include "fastpersist/manifest.h"
-#include "fastpersist/safetensors.h"
-
 namespace fastpersist::cli {
-namespace {
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-// A directory that holds what only a checkpoint holds: its data files or its sidecar.
-bool has_checkpoint_files(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (name == "objects.pkl" ||
-        (name.rfind("tensors-", 0) == 0 && ends_with(name, ".safetensors"))) {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-PathInfo classify_path(const std::string& path) {
-  PathInfo info;
-  info.path = path;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    info.error = err == ENOENT ? path + " does not exist"
-                               : "cannot examine " + path + ": " + std::strerror(err);
-    return info;
-  }
-  const std::string manifest(kManifestFileName);
-  if (S_ISDIR(st.st_mode)) {
-    std::string m = (std::filesystem::path(path) / manifest).string();
-    info.kind = exists(m) || has_checkpoint_files(path) ? PathKind::kCheckpoint : PathKind::kRoot;
-    return info;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    info.kind = PathKind::kOtherFile;
-    return info;
-  }
-  std::filesystem::path p(path);
-  if (p.filename() == manifest) {
-    info.kind = PathKind::kCheckpoint;
-    info.path = p.has_parent_path() ? p.parent_path().string() : ".";
-    return info;
-  }
-  if (ends_with(path, ".safetensors") || read_safetensors_header(path).is_ok()) {
-    info.kind = PathKind::kSafetensors;
-    return info;
-  }
-  info.kind = PathKind::kOtherFile;
-  return info;
+std::string wrong_kind(const PathInfo& info, const std::string& wanted) {
+  return info.path + " is " + std::string(describe_path_kind(info.kind)) + ", not " + wanted;
 }
 
 int fail(const std::string& command, const std::string& message, int code) {

@@ -1,30 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the checkpoint subcommands (list, inspect, verify, prune) share: telling a checkpoint
-// directory from a root from a safetensors file, and the small formatting helpers of their
-// output.
+// What the checkpoint subcommands (list, inspect, verify, prune) share: the library's path
+// classifier (fastpersist/path_kind.h), the messages for a path of the wrong kind, and the small
+// formatting helpers of their output.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "fastpersist/path_kind.h"
+
 namespace fastpersist::cli {
 
-enum class PathKind {
-  kMissing,      // does not exist (or cannot be examined: see `error`)
-  kCheckpoint,   // a directory with manifest.json, or with data files but no manifest (damaged)
-  kRoot,         // any other directory: a root of checkpoints (maybe empty)
-  kSafetensors,  // a regular file named *.safetensors or starting with a valid header
-  kOtherFile,    // any other file
-};
-
-struct PathInfo {
-  PathKind kind = PathKind::kMissing;
-  std::string path;   // the checkpoint directory for a manifest.json given as PATH
-  std::string error;  // kMissing: why
-};
-
-PathInfo classify_path(const std::string& path);
+// "<path> is <what it is>, not <wanted>": the message for a path of the wrong kind, with the
+// classifier's description of what it is.
+std::string wrong_kind(const PathInfo& info, const std::string& wanted);
 
 // "fastpersist <command>: error: <message>" on stderr; returns `code`.
 int fail(const std::string& command, const std::string& message, int code);

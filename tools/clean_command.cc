@@ -23,10 +23,10 @@ constexpr const char* kCommand = "clean";
 
 struct Args {
   std::vector<std::string> dirs;
-  bool dry_run = false;
+  bool dry_run = StaleFileOptions{}.dry_run;
   bool json = false;
-  double parallel_min_age = 3600;
-  bool recursive = false;
+  double parallel_min_age = StaleFileOptions{}.parallel_set_min_age_seconds;
+  bool recursive = StaleFileOptions{}.recursive;
 };
 
 void print_text(const std::string& dir, const StaleFileReport& r, bool dry_run) {
@@ -65,7 +65,8 @@ int run(const Args& a) {
   for (const std::string& dir : a.dirs) {
     PathInfo p = classify_path(dir);
     if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
-    if (p.kind == PathKind::kOtherFile || p.kind == PathKind::kSafetensors) {
+    if (p.kind == PathKind::kOtherFile || p.kind == PathKind::kSafetensors ||
+        p.kind == PathKind::kTorchFile) {
       return fail(kCommand, dir + " is a file; give the directory that holds it", kExitUsage);
     }
   }

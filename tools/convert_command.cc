@@ -8,8 +8,8 @@
 // missing from that Python. <python> is $FASTPERSIST_PYTHON when set; else the python3 (or
 // python) next to this executable, which is the environment's bin/ when pip installed it; else
 // python3 (or python) on PATH. The process is replaced (exec), so the exit status, signals and
-// terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar
-// (fastpersist/_progress.py, the same line as progress.h) from the bytes it reads and writes.
+// terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar from
+// the bytes it reads and writes through `_core.ProgressBar`, verify's bar (fastpersist/progress.h).
 #include <unistd.h>
 
 #include <cerrno>

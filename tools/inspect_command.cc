@@ -293,14 +293,24 @@ Command add_inspect_command(CLI::App& parent) {
                 return inspect_safetensors(p.path, args->json, args->tensors);
               case PathKind::kRoot:
                 return print_root_listing(kCommand, p.path, args->json);
+              case PathKind::kIncompleteCheckpoint:
+                return fail(kCommand,
+                            p.path + " is " + std::string(describe_path_kind(p.kind)) +
+                                ": a save that never finished, a damaged checkpoint, or files "
+                                "another tool wrote (`fastpersist verify` says more)",
+                            kExitFailure);
+              case PathKind::kTorchFile:
+                return fail(kCommand,
+                            wrong_kind(p, "a checkpoint directory, a checkpoint root or a "
+                                          "safetensors file (`fastpersist convert` turns it "
+                                          "into safetensors)"),
+                            kExitUsage);
               case PathKind::kOtherFile:
                 break;
             }
             return fail(kCommand,
-                        args->path +
-                            " is not a checkpoint directory, a checkpoint root or a "
-                            "safetensors file (torch files: `fastpersist convert` turns "
-                            "them into safetensors)",
+                        wrong_kind(p, "a checkpoint directory, a checkpoint root or a "
+                                      "safetensors file"),
                         kExitUsage);
           }};
 }

@@ -28,6 +28,7 @@ int print_root_listing(const std::string& command, const std::string& root, bool
 
   if (json) {
     nlohmann::ordered_json j;
+    j["kind"] = std::string(path_kind_name(PathKind::kRoot));
     j["root"] = root;
     j["latest"] =
         latest_tag ? nlohmann::ordered_json(*latest_tag) : nlohmann::ordered_json(nullptr);
@@ -114,7 +115,10 @@ Command add_list_command(CLI::App& parent) {
                                 "`fastpersist inspect " +
                                 args->root + "` describes it",
                             kExitUsage);
+              case PathKind::kIncompleteCheckpoint:
+                return fail("list", wrong_kind(p, "a checkpoint root"), kExitUsage);
               case PathKind::kSafetensors:
+              case PathKind::kTorchFile:
               case PathKind::kOtherFile:
                 break;
             }

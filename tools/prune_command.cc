@@ -104,11 +104,9 @@ int report(const Args& a, const std::vector<std::string>& removed,
 int run(const Args& a) {
   PathInfo p = classify_path(a.root);
   if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
-  if (p.kind == PathKind::kCheckpoint) {
+  if (p.kind == PathKind::kCheckpoint || p.kind == PathKind::kIncompleteCheckpoint) {
     return fail(kCommand,
-                a.root +
-                    " is a checkpoint directory, not a root: prune the directory "
-                    "that holds it",
+                wrong_kind(p, "a root: prune the directory that holds it"),
                 kExitUsage);
   }
   if (p.kind != PathKind::kRoot) {

@@ -22,9 +22,9 @@
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/options.h"
+#include "fastpersist/progress.h"
 #include "fastpersist/safetensors.h"
 #include "format.h"
-#include "progress.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -141,7 +141,10 @@ int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool p
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     std::string name = entry.path().filename().string();
     if (seen.count(name) != 0 || !validate_tag(name).is_ok()) continue;
-    if (classify_path(entry.path().string()).kind == PathKind::kCheckpoint) extra.push_back(name);
+    PathKind kind = classify_path(entry.path().string()).kind;
+    if (kind == PathKind::kCheckpoint || kind == PathKind::kIncompleteCheckpoint) {
+      extra.push_back(name);
+    }
   }
   std::sort(extra.begin(), extra.end());
   for (const std::string& name : extra) tags.push_back(name);
@@ -241,11 +244,10 @@ Command add_verify_command(CLI::App& parent) {
   return {app, [args] {
             PathInfo p = classify_path(args->path);
             if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
-            if (p.kind == PathKind::kOtherFile) {
+            if (p.kind == PathKind::kOtherFile || p.kind == PathKind::kTorchFile) {
               return fail(kCommand,
-                          args->path +
-                              " is not a checkpoint directory, a checkpoint root or a "
-                              "safetensors file",
+                          wrong_kind(p, "a checkpoint directory, a checkpoint root or a "
+                                        "safetensors file"),
                           kExitUsage);
             }
             if (p.kind == PathKind::kSafetensors) return verify_safetensors(*args, p.path);
@@ -255,7 +257,9 @@ Command add_verify_command(CLI::App& parent) {
                           kExitFailure);
             }
             const bool progress = !args->no_progress && (args->progress || stderr_is_tty());
-            return p.kind == PathKind::kCheckpoint
+            // An incomplete directory is verified as a checkpoint: its report names what is
+            // missing (exit 1), where a root would quietly hold no checkpoints.
+            return p.kind == PathKind::kCheckpoint || p.kind == PathKind::kIncompleteCheckpoint
                        ? verify_checkpoint_dir(*args, p.path, **engine, progress)
                        : verify_root(*args, p.path, **engine, progress);
           }};

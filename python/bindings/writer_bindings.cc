@@ -3,10 +3,12 @@
 // read behind fastpersist.load). Bytes arrive as objects read by checked_buffer.h (torch hands
 // write() a read-only memoryview over its own memory, valid only during the call); the C++
 // writer copies or finishes the I/O before returning, so no reference outlives the call.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -120,13 +122,22 @@ void bind_writer(nb::module_& m) {
       "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
       "object, not memory-locked) that supports the buffer protocol.");
 
+  // Read-only: the defaults `remove_stale_temp_files` applies to arguments left at None.
+  nb::class_<StaleFileOptions>(m, "StaleFileOptions")
+      .def(nb::init<>())
+      .def_ro("dry_run", &StaleFileOptions::dry_run)
+      .def_ro("parallel_set_min_age_seconds", &StaleFileOptions::parallel_set_min_age_seconds)
+      .def_ro("recursive", &StaleFileOptions::recursive);
+
   m.def(
       "remove_stale_temp_files",
-      [](const std::string& dir, bool dry_run, double parallel_set_min_age_seconds, bool recursive) {
-        StaleFileOptions o;
-        o.dry_run = dry_run;
-        o.parallel_set_min_age_seconds = parallel_set_min_age_seconds;
-        o.recursive = recursive;
+      [](const std::string& dir, std::optional<bool> dry_run,
+         std::optional<double> parallel_set_min_age_seconds, std::optional<bool> recursive) {
+        StaleFileOptions o;  // the defaults: None keeps them
+        o.dry_run = dry_run.value_or(o.dry_run);
+        o.parallel_set_min_age_seconds =
+            parallel_set_min_age_seconds.value_or(o.parallel_set_min_age_seconds);
+        o.recursive = recursive.value_or(o.recursive);
         StaleFileReport r = unwrap(without_gil([&] { return remove_stale_temp_files(dir, o); }));
         nb::list failed;
         for (const auto& [path, why] : r.failed) failed.append(nb::make_tuple(path, why));
@@ -138,7 +149,8 @@ void bind_writer(nb::module_& m) {
         out["removed_bytes"] = r.removed_bytes;
         return out;
       },
-      "dir"_a, "dry_run"_a = false, "parallel_set_min_age_seconds"_a = 3600.0, "recursive"_a = false,
+      "dir"_a, "dry_run"_a = nb::none(), "parallel_set_min_age_seconds"_a = nb::none(),
+      "recursive"_a = nb::none(),
       "Removes the temporaries of FastFileWriters whose process died (see stale_files.h).");
 }
 

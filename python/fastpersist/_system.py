@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Union
+from typing import List, Optional, Union
 
 from . import _core
 
@@ -39,9 +39,10 @@ def backends() -> List[BackendInfo]:
     ]
 
 
-def resolve_backend(name: str = "auto") -> "tuple[str, str]":
-    """The backend `name` resolves to here, and a sentence saying why."""
-    return _core.resolve_backend(name)
+def resolve_backend(name: Optional[str] = None) -> "tuple[str, str]":
+    """The backend `name` resolves to here, and a sentence saying why (None: the default
+    backend of ``EngineOptions``, "auto")."""
+    return _core.resolve_backend(_core.EngineOptions().backend if name is None else name)
 
 
 def probe_file_io(path: Union[str, "os.PathLike[str]"]) -> FileIoMode:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from . import _core
 from ._engine_options import check_uint, engine_options
@@ -321,7 +321,7 @@ class AioHandle:
             return numpy.empty(shape_tuple, dtype=dtype)
         pinned = self.new_cpu_locked_buffer(nbytes)
         return (
-            numpy.frombuffer(pinned, dtype=numpy.uint8, count=nbytes)
+            numpy.frombuffer(memoryview(pinned), dtype=numpy.uint8, count=nbytes)
             .view(dtype)
             .reshape(shape_tuple)
         )
@@ -399,6 +399,7 @@ class AioHandle:
         buffer = lendable(buffer)
         offset = _check_offset(file_offset)
         h = self._h
+        fn: Callable[..., int]  # one of the handle's calls, whose signatures differ
         if isinstance(target, int):
             _check_fd_request(validate, truncate)
             fn = h.async_pwrite_fd if is_write else h.async_pread_fd
@@ -428,6 +429,7 @@ class AioHandle:
             self._async(is_write, buffer, target, offset, False, False)
             return self.wait()
         # A sync call drains the handle like wait(), so it counts as a drain (_keepalive.py).
+        fn: Callable[..., int]  # one of the handle's calls, whose signatures differ
         with self._keepalive.drain(collects_pending=False):
             if validate:
                 if is_write:

@@ -220,20 +220,27 @@ def _close_open_managers() -> None:
 class CheckpointManager:
     """Saves and loads checkpoints under one root directory.
 
+    Every setting left at None takes the C++ default (``CheckpointOptions`` in
+    include/fastpersist/checkpoint.h, shown here in brackets); sizes are bytes or strings such
+    as "4GiB", which is why the Python names drop the C++ ``_bytes`` suffix.
+
     Args:
         root: directory of the run's checkpoints (created if needed). One manager at a time may
             write to it: a second one raises :class:`CheckpointLockedError`.
         keep_last: after each commit keep only the newest N checkpoints (None: keep all).
         keep_every: with keep_last, also keep every checkpoint whose step is a multiple of K.
-        max_in_flight: saves queued or running at once; ``save_async`` waits for room.
-        staging_budget: pinned staging memory for snapshots (bytes or "4GiB"); None means as
-            much as one checkpoint needs, kept and reused by later saves. Smaller budgets
-            stream the snapshot in pieces (the caller's tensors are then held longer). A
-            budget below one ``staging_window`` lowers the window to it (at least 4096).
-        max_parallel_files, target_file_size: data files written at once, and their size.
-        durable: fsync every file and directory (default; turn off only for throwaway runs).
-        checksums: XXH3-64 of every tensor, computed while staging and checked on load
-            (default). Off, loads and ``verify`` check sizes and headers only.
+        max_in_flight: saves queued or running at once; ``save_async`` waits for room [1].
+        staging_budget: pinned staging memory for snapshots [0: as much as one checkpoint
+            needs, kept and reused by later saves]. Smaller budgets stream the snapshot in
+            pieces (the caller's tensors are then held longer). A budget below one
+            ``staging_window`` lowers the window to it (at least 4096).
+        staging_window: the unit of staging and of one write [64 MiB].
+        lock_staging_memory: mlock (pin) the staging memory [True].
+        max_parallel_files, target_file_size, min_file_size: data files written at once [4],
+            their size [1 GiB], and the size below which they are not split [64 MiB].
+        durable: fsync every file and directory [True; turn off only for throwaway runs].
+        checksums: XXH3-64 of every tensor, computed while staging and checked on load [True].
+            Off, loads and ``verify`` check sizes and headers only.
         backend, block_size, queue_depth, intra_op_parallelism: I/O engine settings.
     """
 
@@ -243,14 +250,15 @@ class CheckpointManager:
         keep_last: Optional[int] = None,
         keep_every: Optional[int] = None,
         *,
-        max_in_flight: int = 1,
+        max_in_flight: Optional[int] = None,
         staging_budget: Optional[Size] = None,
-        staging_window: Size = "64MiB",
-        lock_staging_memory: bool = True,
-        max_parallel_files: int = 4,
-        target_file_size: Size = "1GiB",
-        durable: bool = True,
-        checksums: bool = True,
+        staging_window: Optional[Size] = None,
+        lock_staging_memory: Optional[bool] = None,
+        max_parallel_files: Optional[int] = None,
+        target_file_size: Optional[Size] = None,
+        min_file_size: Optional[Size] = None,
+        durable: Optional[bool] = None,
+        checksums: Optional[bool] = None,
         backend: Optional[str] = None,
         block_size: Optional[int] = None,
         queue_depth: Optional[int] = None,
@@ -260,22 +268,29 @@ class CheckpointManager:
             raise ValueError("keep_last must be >= 1 (the newest checkpoint is always kept)")
         if keep_every is not None and int(keep_every) < 1:
             raise ValueError("keep_every must be >= 1")
-        if int(max_in_flight) < 1:
+        if max_in_flight is not None and int(max_in_flight) < 1:
             raise ValueError("max_in_flight must be >= 1")
         self._root = os.fspath(root)
         self._engine_options = engine_options(backend, block_size, queue_depth, intra_op_parallelism)
-        o = _core.CheckpointOptions()
+        o = _core.CheckpointOptions()  # the C++ defaults; only what the caller gave changes
         o.engine = self._engine_options
-        o.staging_budget_bytes = 0 if staging_budget is None else parse_size(staging_budget)
-        o.staging_window_bytes = parse_size(staging_window)
-        o.lock_staging_memory = bool(lock_staging_memory)
-        o.max_parallel_files = int(max_parallel_files)
-        o.target_file_bytes = parse_size(target_file_size)
-        o.max_in_flight = int(max_in_flight)
+        sizes = {"staging_budget_bytes": staging_budget, "staging_window_bytes": staging_window,
+                 "target_file_bytes": target_file_size, "min_file_bytes": min_file_size}
+        for field_name, size in sizes.items():
+            if size is not None:
+                setattr(o, field_name, parse_size(size))
+        counts = {"max_parallel_files": max_parallel_files, "max_in_flight": max_in_flight}
+        flags = {"lock_staging_memory": lock_staging_memory, "durable": durable,
+                 "checksums": checksums}
+        for field_name, count in counts.items():
+            if count is not None:
+                setattr(o, field_name, int(count))
+        for field_name, flag in flags.items():
+            if flag is not None:
+                setattr(o, field_name, bool(flag))
         o.keep_last = None if keep_last is None else int(keep_last)
         o.keep_every = None if keep_every is None else int(keep_every)
-        o.durable = bool(durable)
-        o.checksums = bool(checksums)
+        self._options = o  # what the C++ manager was opened with (defaults filled in)
         self._core = _core.CheckpointManager(self._root, o)
         self._handles: List[SaveHandle] = []
         self._hooks: List[Any] = []

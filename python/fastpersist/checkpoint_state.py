@@ -22,8 +22,8 @@ A training state is a nested structure such as::
   state, ``random.getstate()``, numpy RNG state, custom objects) is pickled normally.
 
 :func:`unflatten_state` unpickles the sidecar and asks a ``lookup`` callable for each tensor
-by name; with ``weights_only=True`` (the default) only a small allowlist of globals may be
-loaded (see :func:`unflatten_state`).
+by name; with ``weights_only=True`` (the default) the sidecar may load exactly the globals
+``torch.load(weights_only=True)`` allows (see :func:`unflatten_state`).
 
 Traversed containers are exactly ``dict``, ``collections.OrderedDict``, ``list`` and ``tuple``
 (not their other subclasses: ``defaultdict``, namedtuples and custom dict subclasses are
@@ -365,74 +365,32 @@ class _Dropped:
 _DROPPED = _Dropped()
 
 
-def _static_allowed_globals() -> Dict[str, Any]:
-    """Globals that are plain data and safe to load with ``weights_only=True``."""
-    import builtins
+def _torch_safe_global(module: str, name: str) -> Any:
+    """The object ``torch.load(weights_only=True)`` resolves the global ``module.name`` to.
 
-    allowed: Dict[str, Any] = {}
-    for name in ("bool", "int", "float", "complex", "str", "bytes", "bytearray", "list", "tuple",
-                 "dict", "set", "frozenset", "slice", "range", "Ellipsis", "NotImplemented"):
-        allowed[f"builtins.{name}"] = getattr(builtins, name)
-    allowed["collections.OrderedDict"] = collections.OrderedDict
-    for name in dir(torch):
-        value = getattr(torch, name, None)
-        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-            allowed[f"torch.{name}"] = value
-        if isinstance(value, torch.memory_format):  # pickled as torch._utils + "torch.<name>"
-            allowed[f"torch._utils.torch.{name}"] = value
-    allowed["torch.serialization._get_layout"] = _get_layout  # how torch.layout values pickle
-    allowed["torch.Size"] = torch.Size
-    allowed["torch.device"] = torch.device
-    try:
-        import numpy as np
-    except ImportError:
-        return allowed
-    # What np.random.get_state(), numpy arrays and numpy scalars need. Object arrays pickle
-    # their elements as ordinary pickle objects, so those still go through this allowlist.
-    multiarray = getattr(np, "_core", None) or np.core
-    multiarray = multiarray.multiarray
-    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        allowed[f"{module}._reconstruct"] = multiarray._reconstruct
-        allowed[f"{module}.scalar"] = multiarray.scalar
-    allowed["numpy.ndarray"] = np.ndarray
-    allowed["numpy.dtype"] = np.dtype
-    dtypes = getattr(np, "dtypes", None)
-    if dtypes is not None:
-        for name in dir(dtypes):
-            value = getattr(dtypes, name)
-            if isinstance(value, type) and issubclass(value, np.dtype):
-                allowed[f"numpy.dtypes.{name}"] = value
-    return allowed
+    The answer is torch's own, from the tables of its weights-only unpickler: its default
+    allowlist (tensor and storage classes and their rebuild functions, dtypes, ``torch.Size``,
+    ``torch.device``, ``collections.OrderedDict``, ``set``, ``complex``, ...), minus its blocked
+    modules, plus what ``torch.serialization.add_safe_globals`` or the ``safe_globals`` context
+    manager registered, looked up at each call as torch does. torch's unpickler itself cannot
+    read a sidecar (it takes pickle protocol 2 and only ``"storage"`` persistent ids), so the
+    opcodes are Python's and every global goes through this gate.
 
+    Raises:
+        UnsafeCheckpointObjectError: torch refuses the global.
+    """
+    from torch import _weights_only_unpickler as torch_unpickler
 
-def _get_layout(name: str) -> torch.layout:
-    """Loads a pickled ``torch.layout`` (``torch.serialization._get_layout``), data lookup only."""
-    for value in torch.__dict__.values():
-        if isinstance(value, torch.layout) and str(value) == name:
-            return value
-    raise pickle.UnpicklingError(f"checkpoint object sidecar names an unknown torch layout {name!r}")
-
-
-_STATIC_ALLOWED: Optional[Dict[str, Any]] = None
-
-
-def _allowed_globals() -> Dict[str, Any]:
-    """The static allowlist plus what ``torch.serialization.add_safe_globals`` registered."""
-    global _STATIC_ALLOWED
-    if _STATIC_ALLOWED is None:
-        _STATIC_ALLOWED = _static_allowed_globals()
-    allowed = dict(_STATIC_ALLOWED)
-    get_safe_globals = getattr(torch.serialization, "get_safe_globals", None)
-    if get_safe_globals is not None:
-        for entry in get_safe_globals():
-            if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], str):
-                allowed[entry[1]] = entry[0]
-            else:
-                module = getattr(entry, "__module__", None)
-                qualname = getattr(entry, "__qualname__", None)
-                if module is not None and qualname is not None:
-                    allowed[f"{module}.{qualname}"] = entry
-    return allowed
+    full_name = f"{module}.{name}"
+    if module not in torch_unpickler._blocklisted_modules:
+        for table in (torch_unpickler._get_allowed_globals(),
+                      torch_unpickler._get_user_allowed_globals()):
+            if full_name in table:
+                return table[full_name]
+    raise UnsafeCheckpointObjectError(
+        f"checkpoint object sidecar needs {full_name}, which is not allowed with "
+        "weights_only=True; pass weights_only=False if you trust this checkpoint, or "
+        "register it with torch.serialization.add_safe_globals")
 
 
 class _LoadMixin:
@@ -464,16 +422,9 @@ class _RestrictedUnpickler(_LoadMixin, pickle.Unpickler):
         super().__init__(io.BytesIO(data))
         self._lookup = lookup
         self.dropped = False
-        self._allowed = _allowed_globals()
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102
-        try:
-            return self._allowed[f"{module}.{name}"]
-        except KeyError:
-            raise UnsafeCheckpointObjectError(
-                f"checkpoint object sidecar needs {module}.{name}, which is not allowed with "
-                "weights_only=True; pass weights_only=False if you trust this checkpoint, or "
-                "register it with torch.serialization.add_safe_globals") from None
+        return _torch_safe_global(module, name)
 
 
 def _remove_dropped(obj: Any) -> Any:
@@ -513,14 +464,12 @@ def unflatten_state(
             value is an unselected tensor is removed from its dict; an unselected tensor in a
             list or tuple becomes ``None`` (so indices do not shift); an unselected bare tensor
             state loads as ``None``.
-        weights_only: when true (the default), only these globals may be loaded: plain data
-            builtins (``set``, ``frozenset``, ``complex``, ``slice``, ``range``,
-            ``bytearray``, ...), ``collections.OrderedDict``, torch dtypes, layouts and memory
-            formats, ``torch.Size``, ``torch.device``, numpy arrays, dtypes and scalars (what
-            ``np.random.get_state()`` needs) when numpy is installed, and whatever was
-            registered with ``torch.serialization.add_safe_globals``. Anything else raises
-            :class:`UnsafeCheckpointObjectError`. When false, the sidecar is an ordinary
-            pickle: load only checkpoints you trust.
+        weights_only: when true (the default), the sidecar may load exactly the globals
+            ``torch.load(weights_only=True)`` allows: torch's default allowlist plus what
+            ``torch.serialization.add_safe_globals`` or ``safe_globals`` registered (numpy
+            values such as ``np.random.get_state()`` need registering, as with torch.load).
+            Anything else raises :class:`UnsafeCheckpointObjectError`. When false, the sidecar
+            is an ordinary pickle: load only checkpoints you trust.
 
     Returns:
         The state, with containers, keys and their order as they were saved.

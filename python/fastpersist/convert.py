@@ -11,12 +11,14 @@
 
 (``fastpersist convert ...`` runs this.) Formats are told apart by the path:
 
-- SRC: a directory with ``manifest.json`` is a checkpoint; a directory without one is a root,
-  whose latest checkpoint is converted; a ``*.safetensors`` file (or any file that starts with
-  a valid safetensors header) is safetensors; any other file is a torch file, loaded like
-  ``torch.load(weights_only=True)`` (``--unsafe-pickle``: ``weights_only=False``, only for files
-  you trust; a zip-format file is read by the engine and unpickled by torch, as
-  :func:`fastpersist.load` does).
+- SRC is what the library's path classifier says it is (``_core.classify_path``, the one the
+  CLI's ``inspect``, ``list`` and ``verify`` use): a checkpoint directory (or its
+  ``manifest.json``); a root, whose latest checkpoint is converted; a safetensors file; or a
+  torch file, loaded like ``torch.load(weights_only=True)`` (``--unsafe-pickle``:
+  ``weights_only=False``, only for files you trust; a zip-format file is read by the engine and
+  unpickled by torch, as :func:`fastpersist.load` does). A file of unknown type is tried as a
+  torch file. A directory with a checkpoint's data files but no ``manifest.json`` is an
+  incomplete or foreign checkpoint directory: not a committed checkpoint, so it is refused.
 - DST: ``*.safetensors`` is a safetensors file; ``*.pt``, ``*.pth``, ``*.bin``, ``*.ckpt`` a torch
   file (written with :func:`fastpersist.save`, loadable by ``torch.load``); anything else is a new
   checkpoint directory ``ROOT/TAG`` written with :class:`fastpersist.CheckpointManager`, where
@@ -59,14 +61,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _core
-from ._progress import ProgressBar, stderr_is_tty
 from .checkpoint_state import flatten_state
 
 __all__ = ["ConvertError", "convert", "main"]
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 SAFETENSORS_SUFFIX = ".safetensors"
-MANIFEST = "manifest.json"
+_Kind = _core.PathKind
 _MAX_LISTED = 8
 
 
@@ -123,33 +124,27 @@ def _listed(names: Sequence[str]) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > _MAX_LISTED else "")
 
 
-def _is_safetensors_file(path: str) -> bool:
-    if path.endswith(SAFETENSORS_SUFFIX):
-        return True
-    try:
-        _core.read_safetensors_header(path)
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not safetensors"
-        return False
-
-
 # ----------------------------------------------------------------------------- detection
 def _detect_source(src: str) -> _Source:
-    if not os.path.exists(src):
-        raise ConvertUsageError(f"SRC {src} does not exist")
-    if os.path.isdir(src):
-        if os.path.isfile(os.path.join(src, MANIFEST)):
-            return _Source("checkpoint", src)
+    info = _core.classify_path(src)
+    if info.kind == _Kind.MISSING:
+        raise ConvertUsageError(f"SRC {info.error}")
+    if info.kind == _Kind.CHECKPOINT:
+        return _Source("checkpoint", info.path)
+    if info.kind == _Kind.INCOMPLETE_CHECKPOINT:
+        raise ConvertError(f"SRC {src} is {info.description}: a save that never finished, a "
+                           "damaged checkpoint, or files another tool wrote "
+                           "(`fastpersist verify` says more)")
+    if info.kind == _Kind.ROOT:
         latest = _core.latest_checkpoint(src)
         if latest is None:
-            raise ConvertUsageError(
-                f"SRC {src} is a directory without {MANIFEST}: neither a checkpoint nor a root "
-                "with committed checkpoints")
+            raise ConvertUsageError(f"SRC {src} is {info.description} without committed "
+                                    "checkpoints")
         return _Source("checkpoint", os.path.join(src, latest),
                        [f"{src} is a checkpoint root: converting its latest checkpoint, {latest}"])
-    if _is_safetensors_file(src):
+    if info.kind == _Kind.SAFETENSORS:
         return _Source("safetensors", src)
-    return _Source("torch", src)
+    return _Source("torch", src)  # a torch file, or a file of unknown type tried as one
 
 
 def _detect_destination(dst: str, tag: Optional[str], overwrite: bool) -> _Destination:
@@ -164,21 +159,22 @@ def _detect_destination(dst: str, tag: Optional[str], overwrite: bool) -> _Desti
         if os.path.exists(dst) and not overwrite:
             raise ConvertUsageError(f"DST {dst} exists; pass --overwrite to replace it")
         return _Destination(kind, dst)
+    info = _core.classify_path(dst)
     if tag is not None:
-        if os.path.isfile(os.path.join(dst, MANIFEST)):
+        if info.kind in (_Kind.CHECKPOINT, _Kind.INCOMPLETE_CHECKPOINT):
             raise ConvertUsageError(f"with --tag, DST is the root that gets the new checkpoint, "
-                                    f"but {dst} is a checkpoint directory itself")
-        if os.path.exists(dst) and not os.path.isdir(dst):
-            raise ConvertUsageError(f"DST {dst} is a file, not a checkpoint root")
+                                    f"but {dst} is {info.description}")
+        if info.kind != _Kind.MISSING and info.kind != _Kind.ROOT:
+            raise ConvertUsageError(f"DST {dst} is {info.description}, not a checkpoint root")
         root = dst
     else:
-        if os.path.isfile(os.path.join(dst, MANIFEST)):
-            raise ConvertUsageError(f"DST {dst} is an existing checkpoint; checkpoints are never "
+        if info.kind in (_Kind.CHECKPOINT, _Kind.INCOMPLETE_CHECKPOINT):
+            raise ConvertUsageError(f"DST {dst} is {info.description}; checkpoints are never "
                                     "replaced: choose a new tag")
-        if os.path.isdir(dst):
+        if info.kind == _Kind.ROOT:
             raise ConvertUsageError(f"DST {dst} exists; to add a checkpoint to the root {dst}, "
                                     "pass --tag TAG")
-        if os.path.exists(dst):
+        if info.kind != _Kind.MISSING:
             raise ConvertUsageError(
                 f"DST {dst} is an existing file of unknown type; name a *.safetensors or "
                 f"*{'/*'.join(TORCH_SUFFIXES)} file, or a new checkpoint directory ROOT/TAG")
@@ -459,13 +455,13 @@ class _Bars:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._key: Optional[Tuple[str, str]] = None
-        self._bar: Optional[ProgressBar] = None
+        self._bar: Optional[_core.ProgressBar] = None
 
     def __call__(self, phase: str, path: str, done: int, total: int) -> None:
         if self._bar is None or self._key != (phase, path):
             self._finish(clear=False)
             self._key = (phase, path)
-            self._bar = ProgressBar(f"convert {phase} {path}", self.enabled)
+            self._bar = _core.ProgressBar(f"convert {phase} {path}", self.enabled)
         self._bar.update(done, total)
 
     def _finish(self, clear: bool) -> None:
@@ -485,7 +481,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     args = parser.parse_args(argv)  # exits 2 on bad arguments
     name = parser.prog
     try:
-        with _Bars(stderr_is_tty() if args.progress is None else args.progress) as bars:
+        with _Bars(_core.stderr_is_tty() if args.progress is None else args.progress) as bars:
             lines = convert(args.src, args.dst, tag=args.tag, prefix=args.prefix,
                             drop_non_tensors=args.drop_non_tensors,
                             unsafe_pickle=args.unsafe_pickle, overwrite=args.overwrite,

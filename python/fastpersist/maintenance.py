@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import List, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from . import _core
 
@@ -41,18 +41,24 @@ class StaleFiles:
     """Disk space the removed temporaries held."""
 
 
-def clean_stale_temp_files(folder: PathLike, *, dry_run: bool = False,
-                           parallel_min_age: float = 3600.0, recursive: bool = False) -> StaleFiles:
+def clean_stale_temp_files(folder: PathLike, *, dry_run: Optional[bool] = None,
+                           parallel_min_age: Optional[float] = None,
+                           recursive: Optional[bool] = None) -> StaleFiles:
     """Removes the temporaries that dead ``FastFileWriter`` processes left in ``folder`` (and in
     every folder below it with ``recursive``: symlinks are not followed, other filesystems not
     entered, an unreadable folder is listed in ``failed``).
 
+    Arguments left at None take the C++ defaults (``StaleFileOptions``): no dry run, one hour,
+    not recursive.
+
     Raises ``FileNotFoundError`` (an ``OSError``) when ``folder`` cannot be read.
     """
-    if parallel_min_age < 0:
+    if parallel_min_age is not None and parallel_min_age < 0:
         raise ValueError(f"parallel_min_age must be >= 0 seconds, got {parallel_min_age}")
-    r = _core.remove_stale_temp_files(os.fspath(folder), bool(dry_run), float(parallel_min_age),
-                                      bool(recursive))
+    r = _core.remove_stale_temp_files(
+        os.fspath(folder), dry_run=None if dry_run is None else bool(dry_run),
+        parallel_set_min_age_seconds=None if parallel_min_age is None else float(parallel_min_age),
+        recursive=None if recursive is None else bool(recursive))
     return StaleFiles(removed=list(r["removed"]), in_use=list(r["in_use"]),
                       too_recent=list(r["too_recent"]),
                       failed=[(p, why) for p, why in r["failed"]],

@@ -31,13 +31,15 @@ def _as_bytes(t: torch.Tensor) -> Any:
 
 
 def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
-                     metadata: Optional[Mapping[str, str]] = None, *, durable: bool = True,
+                     metadata: Optional[Mapping[str, str]] = None, *,
+                     durable: Optional[bool] = None,
                      progress: Optional[Callable[[int, int], None]] = None) -> None:
     """Writes `tensors` ({name: tensor}) to a safetensors file at `path`, atomically.
 
     `progress(bytes_written, file_size)` is called before the first write and after each tensor
     (bytes the writer accepted; it is at most its staging buffer ahead of the storage). The
-    file is complete and in place when this function returns.
+    file is complete and in place when this function returns. `durable` (None: the writer's
+    default, on) fsyncs the file and its folder.
     """
     entries = []
     for name, t in tensors.items():
@@ -53,7 +55,8 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
         [(name, DTYPE_TO_SAFETENSORS[t.dtype], list(t.shape)) for name, t in ordered], meta,
         _ALIGNMENT)
     file_size = len(header) + sum(t.numel() * t.element_size() for _, t in ordered)
-    with FastFileWriter(path, durable=durable) as w:
+    writer = FastFileWriter(path) if durable is None else FastFileWriter(path, durable=bool(durable))
+    with writer as w:
         if progress is not None:
             progress(0, file_size)
         w.write(header)

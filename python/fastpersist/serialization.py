@@ -44,6 +44,7 @@ def _fast_save_settings(align: bool, crc32: bool, pinned_d2h: bool = True) -> It
     overrides per thread (torch.utils._config_module), so saves in several threads at once
     do not see each other's settings."""
     torch = _torch()
+    config: Any
     try:
         from torch.utils.serialization import config  # torch >= 2.7
     except ImportError:
@@ -79,7 +80,7 @@ def save(
     align_storages: bool = True,
     compute_crc32: bool = False,
     use_legacy_format: bool = False,
-    pickle_protocol: int = 2,
+    pickle_protocol: Optional[int] = None,
     pinned_d2h: bool = True,
     **writer_options: Any,
 ) -> Dict[str, Any]:
@@ -110,10 +111,11 @@ def save(
         completed the set or, with ``commit_timeout``, saw another writer complete it).
     """
     torch = _torch()
+    # None: torch.save's own default protocol.
+    protocol = {} if pickle_protocol is None else {"pickle_protocol": pickle_protocol}
     with _fast_save_settings(align_storages and not use_legacy_format, compute_crc32, pinned_d2h):
         with FastFileWriter(path, **writer_options) as f:
-            torch.save(obj, f, pickle_protocol=pickle_protocol,
-                       _use_new_zipfile_serialization=not use_legacy_format)
+            torch.save(obj, f, _use_new_zipfile_serialization=not use_legacy_format, **protocol)
     return {**f.stats(), "committed": f.committed, "file_committed": f.file_committed}
 
 

@@ -70,6 +70,26 @@ def trained_gpt2(seed: int = 0) -> Tuple[Any, torch.optim.Optimizer, Any]:
     return model, optimizer, scheduler
 
 
+def numpy_safe_globals() -> List[Any]:
+    """The globals numpy values pickle as (arrays, scalars, dtypes, ``np.random.get_state()``).
+    ``weights_only=True`` loads them only once registered, for fastpersist as for torch.load:
+    ``with torch.serialization.safe_globals(numpy_safe_globals()): ...``."""
+    multiarray = (getattr(np, "_core", None) or np.core).multiarray
+    out: List[Any] = [np.ndarray, np.dtype]
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        out += [(multiarray._reconstruct, f"{module}._reconstruct"),
+                (multiarray.scalar, f"{module}.scalar")]
+    out += [v for v in vars(np.dtypes).values() if isinstance(v, type) and issubclass(v, np.dtype)]
+    return out
+
+
+@pytest.fixture
+def numpy_rng_state_allowed() -> Any:
+    """training_state() holds numpy's RNG state: let weights_only=True loads take it."""
+    with torch.serialization.safe_globals(numpy_safe_globals()):
+        yield
+
+
 def training_state(model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                    step: int = 1) -> Dict[str, Any]:
     return {

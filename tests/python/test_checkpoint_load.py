@@ -19,6 +19,11 @@ import fastpersist
 from _checkpoint_models import (assert_state_equal, assert_tensor_equal, batch, clone_state,
                                 every_dtype_state, logits, manifest, tiny_gpt2, trained_gpt2,
                                 training_state)
+from _checkpoint_models import numpy_rng_state_allowed  # noqa: F401 - a fixture
+
+# training_state() holds numpy's RNG state, which weights_only=True loads once registered (as
+# torch.load does).
+pytestmark = pytest.mark.usefixtures("numpy_rng_state_allowed")
 
 
 class Custom:

@@ -24,6 +24,7 @@ from fastpersist.checkpoint_state import DTYPE_TO_SAFETENSORS
 from _checkpoint_models import (assert_state_equal, batch, clone_state, data_files,
                                 every_dtype_state, logits, make_optimizer, manifest, tiny_gpt2,
                                 train_step, trained_gpt2, training_state)
+from _checkpoint_models import numpy_rng_state_allowed  # noqa: F401 - a fixture
 
 
 def _manager(root, **kwargs) -> fastpersist.CheckpointManager:
@@ -37,6 +38,7 @@ def _state(n: int = 4, numel: int = 1000, seed: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------------- GPT-2 round trip
+@pytest.mark.usefixtures("numpy_rng_state_allowed")
 def test_gpt2_training_state_round_trips_exactly(tmp_path):
     model, optimizer, scheduler = trained_gpt2(seed=0)
     state = training_state(model, optimizer, scheduler, step=1)

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 import torch
 
+from _checkpoint_models import numpy_safe_globals
+
 try:
     from fastpersist import checkpoint_state as cs
 except ImportError:  # the installed package predates the module: load it from the source tree
@@ -97,6 +99,23 @@ class HoldsTensor:
         self.t = t
 
 
+def torch_load_accepts(value: Any) -> bool:
+    """Whether torch.load(weights_only=True) loads what torch.save wrote of {"v": value}."""
+    import io
+    import warnings
+
+    buf = io.BytesIO()
+    torch.save({"v": value}, buf)
+    buf.seek(0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.load(buf, weights_only=True)
+        return True
+    except pickle.UnpicklingError:
+        return False
+
+
 # --------------------------------------------------------------------------------------------
 # dtype tables
 
@@ -167,7 +186,7 @@ def test_nested_containers_round_trip_with_types_keys_and_order():
         7: {"int-keyed": t(4)},
         "empty": {}, "empty_list": [], "empty_tuple": (),
         "misc": {"s": {1, 2}, "fs": frozenset({"a"}), "c": 1 + 2j, "b": b"\x00\x01", "ba": bytearray(b"x"),
-                 "r": range(3), "sl": slice(1, 5, 2), "nan": float("nan"), "big": 2 ** 80},
+                 "cnt": collections.Counter("aab"), "nan": float("nan"), "big": 2 ** 80},
     }
     flat = cs.flatten_state(state)
     assert flat.names() == ["model.b.weight", "model.a.bias", "pair.0", "pair.2.0", "7.int-keyed"]
@@ -308,7 +327,11 @@ def test_gpt2_adamw_scheduler_and_rng_state_round_trip_with_weights_only():
     assert len(flat.objects) < 32_000  # no tensor data: mostly the python and numpy RNG states
 
     storage = fake_storage(flat)
-    loaded = cs.unflatten_state(flat.objects, lookup_for(flat, storage), weights_only=True)
+    # numpy's RNG state and scalars need registering, as torch.load(weights_only=True) needs.
+    with pytest.raises(cs.UnsafeCheckpointObjectError, match="numpy"):
+        cs.unflatten_state(flat.objects, lookup_for(flat, storage), weights_only=True)
+    with torch.serialization.safe_globals(numpy_safe_globals()):
+        loaded = cs.unflatten_state(flat.objects, lookup_for(flat, storage), weights_only=True)
     assert_same(loaded, state)
     assert loaded["model"]["lm_head.weight"] is loaded["model"]["transformer.wte.weight"]
 
@@ -467,13 +490,49 @@ def test_weights_only_rejects_code_execution_globals():
         round_trip({"d": collections.defaultdict(list)})
 
 
-def test_weights_only_allows_numpy_and_torch_metadata_values():
-    state = {"arr": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.int64(3), "f": np.float64(0.5),
-             "b": np.bool_(True), "dt": np.dtype("u4"), "dtypes": [torch.float16, torch.bfloat16],
-             "size": torch.Size([1, 2]),
-             "device": torch.device("cpu"), "layout": torch.strided, "mf": torch.channels_last,
-             "np_state": np.random.RandomState(0).get_state()}
-    assert_same(round_trip(state, weights_only=True), state)
+def test_weights_only_allows_exactly_what_torch_load_allows():
+    # Each value alone: loads with weights_only=True exactly when torch.load's does.
+    values = {"dtype": torch.bfloat16, "size": torch.Size([1, 2]), "device": torch.device("cpu"),
+              "layout": torch.strided, "od": collections.OrderedDict(a=1), "set": {1, 2},
+              "complex": 1 + 2j, "bytearray": bytearray(b"x"), "counter": collections.Counter("ab"),
+              "range": range(3), "slice": slice(1, 5, 2), "np_int": np.int64(3),
+              "np_array": np.arange(6, dtype=np.float32).reshape(2, 3), "np_dtype": np.dtype("u4"),
+              "np_state": np.random.RandomState(0).get_state(),
+              "defaultdict": collections.defaultdict(list), "custom": CustomConfig("x", 1)}
+    answers = {}
+    for name, value in values.items():
+        try:
+            assert_same(round_trip({"v": value}, weights_only=True), {"v": value})
+            answers[name] = True
+        except cs.UnsafeCheckpointObjectError:
+            answers[name] = False
+    assert answers == {name: torch_load_accepts(v) for name, v in values.items()}
+    # Both ways are exercised: torch allows its metadata, refuses numpy and custom classes.
+    assert answers["dtype"] and answers["size"] and answers["device"] and answers["counter"]
+    assert not answers["np_state"] and not answers["custom"] and not answers["defaultdict"]
+
+
+def test_weights_only_allows_a_global_registered_with_add_safe_globals():
+    state = {"config": CustomConfig("gpt", 64), "np": np.random.RandomState(0).get_state()}
+    with pytest.raises(cs.UnsafeCheckpointObjectError):
+        round_trip(state)
+    torch.serialization.add_safe_globals([CustomConfig, *numpy_safe_globals()])
+    try:
+        assert_same(round_trip(state), state)
+    finally:
+        torch.serialization.clear_safe_globals()
+    with pytest.raises(cs.UnsafeCheckpointObjectError):
+        round_trip(state)  # registered no more
+
+
+def test_weights_only_refuses_blocked_modules_even_when_registered():
+    # torch never allows os/sys/posix globals, whatever was registered; neither does fastpersist.
+    import os
+
+    data = b"\x80\x04cos\nsystem\n(S'true'\ntR."
+    with torch.serialization.safe_globals([(os.system, "os.system")]):
+        with pytest.raises(cs.UnsafeCheckpointObjectError, match=r"os\.system"):
+            cs.unflatten_state(data, lambda n: None)
 
 
 def test_unknown_persistent_id_is_an_unpickling_error():

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import List, Tuple
 
 import pytest
 
@@ -141,7 +142,7 @@ def test_list_empty_root_and_bad_paths(tmp_path):
     proc = run_cli("list", tmp_path)
     assert proc.returncode == 0 and "no committed checkpoints" in proc.stdout
     assert json.loads(run_cli("list", tmp_path, "--json").stdout) == {
-        "root": str(tmp_path), "latest": None, "checkpoints": [], "skipped": []}
+        "kind": "root", "root": str(tmp_path), "latest": None, "checkpoints": [], "skipped": []}
     missing = run_cli("list", tmp_path / "nope")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert not (tmp_path / "nope").exists()
@@ -563,7 +564,7 @@ def bar_lines(stderr):
 
 
 def test_convert_progress_bar_on_stderr(tmp_path):
-    from fastpersist._progress import format_bytes_short
+    from fastpersist._core import format_bytes_short
 
     src = tmp_path / "model.pt"
     torch.save(flat_model(), src)
@@ -634,15 +635,46 @@ def test_convert_progress_flags_exclude_each_other(tmp_path):
     assert not out.exists()
 
 
-def test_convert_bar_looks_like_the_verify_bar(root):
-    # The Python bar (fastpersist/_progress.py) draws what the C++ one (tools/progress.h) does.
-    from fastpersist._progress import ProgressBar
+def without_rate(frame: str) -> str:
+    """A bar's frame up to its closing ']': the rate and ETA depend on when it was drawn."""
+    return frame[:frame.index("]") + 1] if "]" in frame else frame
 
-    proc = run_cli_keeping_cr("verify", root / "step-00000100", "--progress", "--json")
+
+def test_python_bar_draws_what_the_cli_draws_for_the_same_sequence(root):
+    # One C++ bar (fastpersist/progress.h): the CLI's verify draws it on stderr, Python draws it
+    # through _core.ProgressBar. Fed the progress that verify reported, both draw the same.
+    import io
+
+    from fastpersist._core import ProgressBar
+
+    tag = "step-00000100"
+    proc = run_cli_keeping_cr("verify", root / tag, "--progress", "--json")
     assert proc.returncode == 0, proc.stderr
     checked = json.loads(proc.stdout)["checkpoints"][0]["bytes_checked"]
-    final = proc.stderr.rstrip("\n").split("\r")[-1]
-    assert final.startswith(ProgressBar.render("verify step-00000100", checked, checked, 0) + "  ")
+    cli_frames = proc.stderr.split("\r")
+    assert cli_frames[0] == "" and proc.stderr.endswith("\n")
+
+    # The same checkpoint verified from Python, drawing every update (no throttle here).
+    out = io.StringIO()
+    bar = ProgressBar(f"verify {tag}", True, out, min_interval=0)
+    sequence: List[Tuple[int, int]] = []
+
+    def on_progress(done: int, total: int) -> None:
+        sequence.append((done, total))
+        bar.update(done, total)
+
+    with fastpersist.CheckpointManager(root) as mgr:
+        assert mgr.verify(tag, progress=on_progress) == []
+    bar.finish()
+    py_frames = out.getvalue().split("\r")
+    assert sequence[-1] == (checked, checked)
+    # The CLI throttles its redraws: its frames are a subsequence of Python's, and both end on
+    # the same final line.
+    py_lines = [without_rate(f.rstrip("\n")) for f in py_frames[1:]]
+    cli_lines = [without_rate(f.rstrip("\n")) for f in cli_frames[1:]]
+    assert cli_lines[-1] == py_lines[-1] == ProgressBar.render(f"verify {tag}", checked, checked, 0)
+    it = iter(py_lines)
+    assert all(line in it for line in cli_lines), (cli_lines, py_lines)
 
 
 def test_convert_nested_state_with_tag_and_prefix(tmp_path):

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The progress bar of the Python side (fastpersist/_progress.py, the twin of tools/progress.h)
-and the byte counts ``fastpersist.convert.convert(progress=...)`` reports: every number must be
-a measured one (file sizes, bytes read and written), starting at 0 and ending at the total.
+"""The progress bar as Python draws it (``_core.ProgressBar``: the CLI's C++ bar,
+fastpersist/progress.h, writing into a Python stream) and the byte counts
+``fastpersist.convert.convert(progress=...)`` reports: every number must be a measured one (file
+sizes, bytes read and written), starting at 0 and ending at the total.
 
 The CLI's ``--progress`` / ``--no-progress`` are tested with the other convert tests in
 test_cli_checkpoint.py.
@@ -10,13 +11,15 @@ test_cli_checkpoint.py.
 from __future__ import annotations
 
 import io
+import sys
+import threading
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
 
 import fastpersist
-from fastpersist._progress import ProgressBar, format_bytes_short
+from fastpersist._core import ProgressBar, format_bytes_short, format_eta
 from fastpersist.convert import convert
 
 GiB = 1 << 30
@@ -27,13 +30,14 @@ def test_render_is_the_cli_line():
     assert (ProgressBar.render("convert write ckpt/step-00000001", int(1.2 * GiB), int(3.1 * GiB),
                                0.8)
             == "convert write ckpt/step-00000001  1.2 GiB / 3.1 GiB  [=========>              ]"
-               "  1.5 GiB/s")
+               "  1.5 GiB/s  ETA 0:02")
     # Nothing yet: no arrow and no rate; a total of 0 is complete.
     assert ProgressBar.render("x", 0, 10, 1.0) == "x  0 B / 10 B  [                        ]"
     assert ProgressBar.render("x", 0, 0, 0.0) == "x  0 B / 0 B  [========================]"
     assert ProgressBar.render("x", 10, 10, 0.0, bar_width=4) == "x  10 B / 10 B  [====]"
     assert [format_bytes_short(n) for n in (0, 1023, 1024, 1536, 5 * MiB, 2.5 * GiB)] == [
         "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "2.5 GiB"]
+    assert [format_eta(s) for s in (6.2, 754, 3723, -1)] == ["0:07", "12:34", "1:02:03", "?"]
 
 
 def test_bar_redraws_at_most_every_interval_and_ends_the_line():
@@ -66,6 +70,51 @@ def test_bar_blanks_its_line_when_cleared_and_disabled_bars_write_nothing():
     unused = io.StringIO()
     ProgressBar("x", True, unused).finish()
     assert unused.getvalue() == ""  # nothing drawn: the terminal is left alone
+
+
+def test_bar_draws_into_sys_stderr_by_default(capsys):
+    bar = ProgressBar("convert read m.pt", True)
+    bar.update(5, 10)
+    bar.finish()
+    err = capsys.readouterr().err
+    assert err.startswith("\rconvert read m.pt  5 B / 10 B  [============>") and err.endswith("\n")
+
+
+def test_bar_updated_from_many_threads_draws_whole_frames():
+    # update() releases the GIL around the bar's mutex and takes it back to write: Python
+    # threads drawing one bar must neither deadlock nor interleave frames.
+    out = io.StringIO()
+    bar = ProgressBar("x", True, out, min_interval=0)
+
+    def run(t: int) -> None:
+        for i in range(200):
+            bar.update(t * 200 + i, 800)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    bar.finish()
+    frames = out.getvalue().split("\r")[1:]
+    assert len(frames) >= 2 and all(f.startswith("x  ") for f in frames)
+    assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
+
+
+def test_a_failing_stream_never_fails_the_operation(monkeypatch):
+    class Closed(io.StringIO):
+        def write(self, text: str) -> int:
+            raise ValueError("I/O operation on closed file")
+
+    reported: List[BaseException] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    bar = ProgressBar("x", True, Closed())
+    bar.update(1, 2)  # reported as unraisable, not raised
+    bar.finish()
+    # Each frame (the update's, the final one, the line end) is reported, none raised.
+    assert len(reported) == 3
+    assert {str(e) for e in reported} == {"I/O operation on closed file"}
 
 
 Events = Dict[Tuple[str, str], List[Tuple[int, int]]]

@@ -17,6 +17,11 @@ import fastpersist
 from fastpersist.checkpoint_state import DTYPE_TO_SAFETENSORS
 from _checkpoint_models import (assert_tensor_equal, batch, data_files, every_dtype_state, logits,
                                 manifest, tiny_gpt2, trained_gpt2, training_state)
+from _checkpoint_models import numpy_rng_state_allowed  # noqa: F401 - a fixture
+
+# training_state() holds numpy's RNG state, which weights_only=True loads once registered (as
+# torch.load does).
+pytestmark = pytest.mark.usefixtures("numpy_rng_state_allowed")
 
 st_torch = pytest.importorskip("safetensors.torch")
 safetensors = pytest.importorskip("safetensors")

@@ -13,8 +13,10 @@ def _tiny_t5() -> Any:
     from transformers import T5Config, T5ForConditionalGeneration
 
     # hf-internal-testing/tiny-random-t5
+    # decoder_start_token_id goes to PretrainedConfig's **kwargs, which its typed __init__ hides.
+    inherited: Dict[str, Any] = {"decoder_start_token_id": 0}
     cfg = T5Config(vocab_size=1103, d_model=32, d_kv=8, d_ff=37, num_layers=5, num_heads=4,
-                   relative_attention_num_buckets=8, decoder_start_token_id=0)
+                   relative_attention_num_buckets=8, **inherited)
     return T5ForConditionalGeneration(cfg)
 
 
@@ -38,10 +40,11 @@ def _phi3() -> Any:
 def _llama3_1b() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    # meta-llama/Llama-3.2-1B
+    # meta-llama/Llama-3.2-1B; rope_theta goes to **kwargs, as T5's decoder_start_token_id.
+    inherited: Dict[str, Any] = {"rope_theta": 500000.0}
     cfg = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                       num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                      max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=500000.0)
+                      max_position_embeddings=4096, tie_word_embeddings=True, **inherited)
     return LlamaForCausalLM(cfg)
 
 

@@ -1,41 +1,76 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "progress.h"
+#include "fastpersist/progress.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <utility>
 
-#include "format.h"
+namespace fastpersist {
+namespace {
 
-namespace fastpersist::cli {
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", digits, value);
+  return text;
+}
+
+ProgressBar::Sink file_sink(std::FILE* out) {
+  if (out == nullptr) return {};
+  return [out](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), out);
+    std::fflush(out);
+  };
+}
+
+}  // namespace
 
 bool stderr_is_tty() { return ::isatty(STDERR_FILENO) == 1; }
 
 std::string format_bytes_short(double bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   if (!(bytes > 0)) return "0 B";
-  unsigned unit = 0;
+  size_t unit = 0;
   while (unit + 1 < std::size(kUnits) && bytes >= 1024.0) {
     bytes /= 1024.0;
     ++unit;
   }
-  if (unit == 0) return format_fixed(bytes, 0) + " B";
-  return format_fixed(bytes, 1) + " " + kUnits[unit];
+  if (unit == 0) return fixed(bytes, 0) + " B";
+  return fixed(bytes, 1) + " " + kUnits[unit];
+}
+
+std::string format_eta(double seconds) {
+  if (!(seconds >= 0) || seconds >= 100.0 * 3600) return "?";
+  auto total = static_cast<uint64_t>(std::ceil(seconds));
+  uint64_t hours = total / 3600, minutes = total / 60 % 60, secs = total % 60;
+  char text[32];
+  if (hours > 0) {
+    std::snprintf(text, sizeof(text), "%llu:%02llu:%02llu", static_cast<unsigned long long>(hours),
+                  static_cast<unsigned long long>(minutes), static_cast<unsigned long long>(secs));
+  } else {
+    std::snprintf(text, sizeof(text), "%llu:%02llu", static_cast<unsigned long long>(minutes),
+                  static_cast<unsigned long long>(secs));
+  }
+  return text;
 }
 
 ProgressBar::ProgressBar(std::string label, bool enabled, std::FILE* out,
                          double min_interval_seconds)
+    : ProgressBar(std::move(label), enabled, file_sink(out), min_interval_seconds) {}
+
+ProgressBar::ProgressBar(std::string label, bool enabled, Sink sink, double min_interval_seconds)
     : label_(std::move(label)),
-      enabled_(enabled && out != nullptr),
-      out_(out),
+      enabled_(enabled && static_cast<bool>(sink)),
+      sink_(std::move(sink)),
       min_interval_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(min_interval_seconds))),
+          std::chrono::duration<double>(std::max(min_interval_seconds, 0.0)))),
       start_(std::chrono::steady_clock::now()) {}
 
 ProgressBar::~ProgressBar() { finish(); }
 
-std::string ProgressBar::render(const std::string& label, uint64_t done, uint64_t total,
+std::string ProgressBar::render(std::string_view label, uint64_t done, uint64_t total,
                                 double seconds, int bar_width) {
   const double fraction =
       total == 0 ? 1.0
@@ -45,10 +80,12 @@ std::string ProgressBar::render(const std::string& label, uint64_t done, uint64_
   std::string bar(static_cast<size_t>(width), ' ');
   for (int i = 0; i < filled; ++i) bar[static_cast<size_t>(i)] = '=';
   if (filled < width && done > 0) bar[static_cast<size_t>(filled)] = '>';
-  std::string text = label + "  " + format_bytes_short(static_cast<double>(done)) + " / " +
-                     format_bytes_short(static_cast<double>(total)) + "  [" + bar + "]";
+  std::string text = std::string(label) + "  " + format_bytes_short(static_cast<double>(done)) +
+                     " / " + format_bytes_short(static_cast<double>(total)) + "  [" + bar + "]";
   if (seconds > 0 && done > 0) {
-    text += "  " + format_bytes_short(static_cast<double>(done) / seconds) + "/s";
+    const double rate = static_cast<double>(done) / seconds;
+    text += "  " + format_bytes_short(rate) + "/s";
+    if (done < total) text += "  ETA " + format_eta(static_cast<double>(total - done) / rate);
   }
   return text;
 }
@@ -72,9 +109,7 @@ void ProgressBar::draw_locked(bool force) {
   size_t width = text.size();
   if (width < last_width_) text += std::string(last_width_ - width, ' ');
   last_width_ = width;
-  std::fputc('\r', out_);
-  std::fputs(text.c_str(), out_);
-  std::fflush(out_);
+  sink_("\r" + text);
 }
 
 void ProgressBar::finish(bool clear) {
@@ -84,14 +119,11 @@ void ProgressBar::finish(bool clear) {
   finished_ = true;
   if (!drawn_) return;  // nothing on the line: leave the terminal alone
   if (clear) {
-    std::fputc('\r', out_);
-    std::fputs(std::string(last_width_, ' ').c_str(), out_);
-    std::fputc('\r', out_);
+    sink_("\r" + std::string(last_width_, ' ') + "\r");
   } else {
     draw_locked(true);
-    std::fputc('\n', out_);
+    sink_("\n");
   }
-  std::fflush(out_);
 }
 
-}  // namespace fastpersist::cli
+}  // namespace fastpersist
