@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/safetensors.h"
 
@@ -30,8 +31,7 @@ bool has_checkpoint_files(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (name == "objects.pkl" ||
-        (name.rfind("tensors-", 0) == 0 && ends_with(name, ".safetensors"))) {
+    if (name == kObjectsFileName || is_data_file_name(name)) {
       return true;
     }
   }
@@ -66,7 +66,7 @@ PathInfo classify_path(const std::string& path) {
     info.path = p.has_parent_path() ? p.parent_path().string() : ".";
     return info;
   }
-  if (ends_with(path, ".safetensors") || read_safetensors_header(path).is_ok()) {
+  if (ends_with(path, std::string(kDataFileSuffix)) || read_safetensors_header(path).is_ok()) {
     info.kind = PathKind::kSafetensors;
     return info;
   }

@@ -16,4 +16,5 @@ NB_MODULE(_core, m) {
   fp::bind_aio_handle(m);
   fp::bind_writer(m);
   fp::bind_checkpoint(m);
+  fp::bind_layout(m);
 }

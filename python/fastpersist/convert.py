@@ -66,7 +66,7 @@ __all__ = ["ConvertError", "convert", "main"]
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 SAFETENSORS_SUFFIX = ".safetensors"
-MANIFEST = "manifest.json"
+MANIFEST = _core.layout.MANIFEST_FILE_NAME
 _MAX_LISTED = 8
 
 
