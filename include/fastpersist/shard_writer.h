@@ -54,7 +54,7 @@ struct DataFileOptions {
   unsigned max_parallel_files = 4;      // data files written at the same time
   uint64_t target_file_bytes = uint64_t{1} << 30;  // data files hold about this much, at most
   uint64_t min_file_bytes = uint64_t{64} << 20;    // ... and are not split below this
-  bool durable = true;                  // fdatasync files, fsync directories (off only for tests)
+  bool durable = true;                  // fdatasync files (and, the manager, directories); off only for tests
   // Per-tensor XXH3-64 checksums computed while staging (cheap: the bytes are in cache). Off:
   // every checksum in the records is 0 (the manifest then says checksum_algorithm "none").
   bool checksums = true;
@@ -132,9 +132,11 @@ class ShardWriter {
 
   // Writes `tensors` into new files in `directory` (which must exist) following `plan`, made by
   // plan() from the same list (kInvalidArgument when the list does not match it). The source
-  // memory must stay unchanged until on_snapshot_done. With `durable`, when it returns OK the
-  // files and their names in `directory` are on stable storage. On failure it returns the first
-  // error (errno, path, range) after removing the files it created.
+  // memory must stay unchanged until on_snapshot_done. With `durable`, when it returns OK every
+  // file's data is on stable storage (fdatasync); their names in `directory` become durable
+  // when the committer fsyncs `directory`, which it does anyway after writing its own commit
+  // record there (one fsync covers every rank's entries). On failure it returns the first error
+  // (errno, path, range) after removing the files it created.
   Result<ShardWriteResult> write(const std::string& directory,
                                  const std::vector<TensorSource>& tensors, const ShardPlan& plan,
                                  const ShardWriteCallbacks& callbacks = {});

@@ -4,8 +4,8 @@
 //   1. mkdir <root>/.tmp-<tag>-<unique>/
 //   2. the data files, by the manager's ShardWriter (the one write path, shard_writer.h): in
 //      parallel, created, preallocated, staged window by window into pinned memory with each
-//      tensor's checksum computed on the staged bytes, written with O_DIRECT, fdatasynced; the
-//      directory fsynced. The snapshot is over when every source byte is staged.
+//      tensor's checksum computed on the staged bytes, written with O_DIRECT, fdatasynced. The
+//      snapshot is over when every source byte is staged.
 //   3. objects.pkl, written and fdatasynced; then manifest.json (every file with its size and
 //      checksum, every tensor with its offset, length and checksum), written and fdatasynced;
 //      then the directory is fsynced.

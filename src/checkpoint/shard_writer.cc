@@ -236,7 +236,6 @@ Result<ShardWriteResult> ShardWriter::write(const std::string& directory,
   std::vector<ShardFileOutcome> outcomes;
   Status st = write_files(directory, files, tensors, impl_->options, impl_->pool, *impl_->engine,
                           callbacks.on_snapshot_done, &outcomes);
-  if (st.is_ok() && impl_->options.durable && !files.empty()) st = checkpoint::fsync_dir(directory);
   if (!st.is_ok()) {
     // Only what this write created: a name taken by someone else (EEXIST) stays theirs.
     for (size_t f = 0; f < files.size(); ++f) {
