@@ -54,7 +54,8 @@ struct DataFileOptions {
   unsigned max_parallel_files = 4;      // data files written at the same time
   uint64_t target_file_bytes = uint64_t{1} << 30;  // data files hold about this much, at most
   uint64_t min_file_bytes = uint64_t{64} << 20;    // ... and are not split below this
-  bool durable = true;                  // fdatasync files (and, the manager, directories); off only for tests
+  // fdatasync the files (the manager also fsyncs its directories); off only for tests.
+  bool durable = true;
   // Per-tensor XXH3-64 checksums computed while staging (cheap: the bytes are in cache). Off:
   // every checksum in the records is 0 (the manifest then says checksum_algorithm "none").
   bool checksums = true;

@@ -15,7 +15,8 @@ namespace fastpersist::python {
 
 void bind_layout(nb::module_& m) {
   using namespace nb::literals;
-  nb::module_ layout = m.def_submodule("layout", "On-disk names of checkpoints (fastpersist/layout.h)");
+  nb::module_ layout =
+      m.def_submodule("layout", "On-disk names of checkpoints (fastpersist/layout.h)");
   auto name = [&](const char* attr, std::string_view value) {
     layout.attr(attr) = std::string(value);
   };

@@ -156,7 +156,8 @@ Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
     // Someone else's file (another writer of the same rank, a leftover): never replaced, and
     // reported as such so that the caller can tell it from an I/O failure.
     if (err == EEXIST) {
-      return Status(StatusCode::kAlreadyExists, "the data file already exists", err).with_path(a.path);
+      return Status(StatusCode::kAlreadyExists, "the data file already exists", err)
+          .with_path(a.path);
     }
     return Status::from_errno(err, "cannot create the data file").with_path(a.path);
   }

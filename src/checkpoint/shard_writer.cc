@@ -230,7 +230,9 @@ Result<ShardWriteResult> ShardWriter::write(const std::string& directory,
                                             const std::vector<TensorSource>& tensors,
                                             const ShardPlan& plan,
                                             const ShardWriteCallbacks& callbacks) {
-  if (!plan.files_) return Status(StatusCode::kInvalidArgument, "the shard plan is empty (moved from?)");
+  if (!plan.files_) {
+    return Status(StatusCode::kInvalidArgument, "the shard plan is empty (moved from?)");
+  }
   FP_RETURN_IF_ERROR(check_plan_matches(*plan.files_, tensors));
   const std::vector<PlannedFile>& files = plan.files_->files;
   std::vector<ShardFileOutcome> outcomes;

@@ -273,7 +273,8 @@ TEST(ShardWriterTest, StagingIsReusedAcrossWrites) {
       EXPECT_LE(staged, budget);
     }
     FP_ASSERT_OK_AND_ASSIGN(ShardPlan plan, writer->plan(state.content().tensors));
-    FP_ASSERT_OK_AND_ASSIGN(ShardWriteResult r, writer->write(second, state.content().tensors, plan));
+    FP_ASSERT_OK_AND_ASSIGN(ShardWriteResult r,
+                            writer->write(second, state.content().tensors, plan));
     if (budget != 0) {
       EXPECT_EQ(writer->staging_bytes(), staged) << "the second write allocated nothing new";
     } else {
