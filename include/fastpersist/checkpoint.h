@@ -23,6 +23,8 @@
 // "not committed". A failure in step 6 does not fail the save: PendingSave::retention_status()
 // reports it, and the next save's retention retries.
 //
+// Step 2 is the manager's ShardWriter (shard_writer.h), the same write path a rank uses.
+//
 // Saving is asynchronous inside: save_async() returns once the request is queued; a background
 // thread snapshots the tensors into pinned staging memory (reusable across saves, bounded by
 // staging_budget_bytes), writes and commits. The caller must not modify the tensors' memory
@@ -45,22 +47,11 @@
 #include "fastpersist/io_engine.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/options.h"
+#include "fastpersist/shard_writer.h"
 #include "fastpersist/status.h"
+#include "fastpersist/tensor_source.h"
 
 namespace fastpersist {
-
-// One tensor to save: its bytes in C order, described in safetensors terms.
-struct TensorSource {
-  std::string name;
-  std::string dtype;             // safetensors dtype name
-  std::vector<uint64_t> shape;
-  const std::byte* data = nullptr;
-  uint64_t nbytes = 0;           // must equal product(shape) * dtype size
-  // -1: `data` is host memory. N >= 0: `data` is memory of CUDA device N; the snapshot copies it
-  // into pinned staging with the CUDA runtime (loaded at run time). The caller makes sure the
-  // device has finished writing it (e.g. synchronizes the stream that produced it).
-  int device = -1;
-};
 
 // Everything one checkpoint holds.
 struct CheckpointContent {
@@ -72,25 +63,14 @@ struct CheckpointContent {
   std::map<std::string, std::string> versions;  // added to {"fastpersist": <version>}
 };
 
-struct CheckpointOptions {
-  EngineOptions engine;                 // the I/O engine of the manager
-  // Pinned staging memory for snapshots, all saves together; 0 = as much as one checkpoint
-  // needs (the snapshot then finishes at memory speed, before the writes). A smaller budget
-  // streams: the snapshot of a piece waits until an earlier piece is written. A budget below
-  // one window lowers the window to it (4096 at least): the budget is never exceeded.
-  size_t staging_budget_bytes = 0;
-  size_t staging_window_bytes = size_t{64} << 20;  // unit of staging and of one write
-  bool lock_staging_memory = true;      // mlock (pinned) staging; false: plain aligned memory
-  unsigned max_parallel_files = 4;      // data files written at the same time
-  uint64_t target_file_bytes = uint64_t{1} << 30;  // data files hold about this much, at most
-  uint64_t min_file_bytes = uint64_t{64} << 20;    // ... and are not split below this
+// The data-file settings (engine, staging, file sizes, durable, checksums) are the ShardWriter's
+// (DataFileOptions, shard_writer.h): every save goes through the manager's one ShardWriter.
+// Without checksums the manifest says checksum_algorithm "none": loads and verify then check
+// sizes and headers only.
+struct CheckpointOptions : DataFileOptions {
   unsigned max_in_flight = 1;           // saves queued or running; one more waits
   std::optional<unsigned> keep_last;    // retention: the newest N committed checkpoints ...
   std::optional<int64_t> keep_every;    // ... plus those whose step is a multiple of K
-  bool durable = true;                  // fsync files and directories (off only for tests)
-  // Per-tensor XXH3-64 checksums computed while staging (cheap: the bytes are in cache). Off
-  // writes checksum_algorithm "none": loads and verify then check sizes and headers only.
-  bool checksums = true;
 };
 
 // The state of one save. Shared between the manager's thread and the caller.

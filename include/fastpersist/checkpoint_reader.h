@@ -21,13 +21,13 @@
 
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/io_engine.h"
+#include "fastpersist/layout.h"  // kLatestFileName
 #include "fastpersist/manifest.h"
 #include "fastpersist/pinned_buffer.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist {
 
-inline constexpr std::string_view kLatestFileName = "latest";
 
 // Committed checkpoints under `root`, oldest to newest (manifest sequence, then tag). Directories
 // that fail the cheap checks are skipped; `skipped` (optional) receives "tag: reason" for each.

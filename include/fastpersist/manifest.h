@@ -14,12 +14,12 @@
 #include <string_view>
 #include <vector>
 
+#include "fastpersist/layout.h"  // kManifestFileName, the other on-disk names
 #include "fastpersist/status.h"
 
 namespace fastpersist {
 
 inline constexpr int kManifestFormatVersion = 1;
-inline constexpr std::string_view kManifestFileName = "manifest.json";
 inline constexpr std::string_view kManifestFormatName = "fastpersist-checkpoint";
 
 // How a tensor's bytes are stored in its file (format v2 `encoding`). Only raw exists today;

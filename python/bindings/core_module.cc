@@ -18,4 +18,5 @@ NB_MODULE(_core, m) {
   fp::bind_checkpoint(m);
   fp::bind_progress(m);
   fp::bind_paths(m);
+  fp::bind_layout(m);
 }

@@ -511,7 +511,7 @@ class CheckpointManager:
 
     # ---------------------------------------------------------------------------- helpers
     def _resolve(self, tag: Union[int, str]) -> str:
-        if tag == "latest":
+        if tag == _core.layout.LATEST_FILE_NAME:
             latest = self.latest()
             if latest is None:
                 raise FileNotFoundError(f"no committed checkpoint under {self._root}")

@@ -68,6 +68,7 @@ __all__ = ["ConvertError", "convert", "main"]
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 SAFETENSORS_SUFFIX = ".safetensors"
 _Kind = _core.PathKind
+MANIFEST = _core.layout.MANIFEST_FILE_NAME
 _MAX_LISTED = 8
 
 

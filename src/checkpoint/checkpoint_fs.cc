@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/unique_fd.h"
+#include "fastpersist/layout.h"
 
 namespace fastpersist::checkpoint {
 
@@ -90,7 +91,7 @@ Status replace_file_atomically(const std::string& path, std::string_view bytes, 
   auto slash = path.find_last_of('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  std::string temp = join_path(dir, "." + name + ".tmp-" + unique_suffix());
+  std::string temp = join_path(dir, replace_temp_prefix(name) + unique_suffix());
   Status st = write_new_file(temp, bytes, durable);
   if (st.is_ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
     st = Status::from_errno(errno, "cannot rename " + temp + " onto the target").with_path(path);

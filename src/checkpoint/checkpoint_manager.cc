@@ -21,9 +21,10 @@
 #include "checkpoint/root_scan.h"
 #include "checkpoint/root_lock.h"
 #include "checkpoint/save_job.h"
-#include "checkpoint/staging_pool.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/layout.h"
+#include "fastpersist/shard_writer.h"
 
 namespace fastpersist {
 
@@ -36,12 +37,7 @@ std::string latest_pointer_tag(const std::string& root);
 }  // namespace
 
 struct CheckpointManager::Impl {
-  Impl(std::string r, const CheckpointOptions& o)
-      : root(std::move(r)),
-        options(o),
-        pool(o.staging_window_bytes,
-             o.staging_budget_bytes,
-             o.lock_staging_memory) {}
+  Impl(std::string r, const CheckpointOptions& o) : root(std::move(r)), options(o) {}
 
   // The first failure of a finished save that nobody has reported; forgets finished saves.
   Status take_failure_locked() {
@@ -72,7 +68,7 @@ struct CheckpointManager::Impl {
       lock.unlock();
       job.state->mark_started();
       uint64_t bytes = 0;
-      Status st = checkpoint::run_save_job(job, options, pool, *engine, &bytes);
+      Status st = checkpoint::run_save_job(job, options, *writer, &bytes);
       Status retention;
       if (st.is_ok() && options.keep_last) {
         auto removed = prune_now(options.keep_last, options.keep_every, job.tag);
@@ -106,7 +102,7 @@ struct CheckpointManager::Impl {
     if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return Status(StatusCode::kNotFound, "no checkpoint '" + tag + "'", ENOENT).with_path(dir);
     }
-    std::string trash = join_path(root, std::string(checkpoint::kTrashDirPrefix) + tag + "-" +
+    std::string trash = join_path(root, std::string(kTrashDirPrefix) + tag + "-" +
                                             checkpoint::unique_suffix());
     // Renamed first, so the tag vanishes at once and a half-removed tree is never listed.
     if (::rename(dir.c_str(), trash.c_str()) != 0) {
@@ -179,7 +175,9 @@ struct CheckpointManager::Impl {
   const std::string root;
   const CheckpointOptions options;
   std::shared_ptr<IoEngine> engine;
-  checkpoint::StagingPool pool;
+  // The one write path, kept for the manager's lifetime so its staging memory is reused by
+  // every save.
+  std::unique_ptr<ShardWriter> writer;
   checkpoint::RootLock root_lock;
   std::mutex mu;
   std::condition_variable cv;
@@ -203,9 +201,8 @@ namespace {
 Status clean_debris(const std::string& root) {
   FP_ASSIGN_OR_RETURN(auto names, checkpoint::list_dir(root));
   for (const std::string& name : names) {
-    bool debris = name.rfind(checkpoint::kTempDirPrefix, 0) == 0 ||
-                  name.rfind(checkpoint::kTrashDirPrefix, 0) == 0 ||
-                  name.rfind(".latest.tmp-", 0) == 0;
+    bool debris = name.rfind(kTempDirPrefix, 0) == 0 || name.rfind(kTrashDirPrefix, 0) == 0 ||
+                  name.rfind(replace_temp_prefix(kLatestFileName), 0) == 0;
     if (debris) FP_RETURN_IF_ERROR(checkpoint::remove_tree(join_path(root, name)));
   }
   return Status::ok();
@@ -237,20 +234,10 @@ std::string latest_pointer_tag(const std::string& root) {
 Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::string& root,
                                                                    const CheckpointOptions& options) {
   if (root.empty()) return Status(StatusCode::kInvalidArgument, "checkpoint root is empty");
-  if (options.staging_window_bytes < 4096 || options.staging_window_bytes % 4096 != 0) {
-    return Status(StatusCode::kInvalidArgument, "staging_window_bytes must be a positive multiple of 4096");
-  }
+  FP_RETURN_IF_ERROR(options.validate());
   if (options.max_in_flight == 0) return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
   CheckpointOptions effective = options;
-  if (options.staging_budget_bytes != 0 && options.staging_budget_bytes < options.staging_window_bytes) {
-    // The budget is a cap: a budget below one window shrinks the window rather than exceed it.
-    if (options.staging_budget_bytes < 4096) {
-      return Status(StatusCode::kInvalidArgument,
-                    "staging_budget_bytes must be 0 (unbounded) or at least 4096, got " +
-                        std::to_string(options.staging_budget_bytes));
-    }
-    effective.staging_window_bytes = options.staging_budget_bytes / 4096 * 4096;
-  }
+  effective.staging_window_bytes = options.effective_window_bytes();
   std::error_code mkdir_error;
   std::filesystem::create_directories(root, mkdir_error);  // parents too, like `mkdir -p`
   if (mkdir_error) {
@@ -265,6 +252,9 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   FP_RETURN_IF_ERROR(clean_debris(root));
   FP_ASSIGN_OR_RETURN(auto engine, IoEngine::create(options.engine));
   impl->engine = std::move(engine);
+  ShardWriterOptions writer_options;
+  static_cast<DataFileOptions&>(writer_options) = effective;
+  FP_ASSIGN_OR_RETURN(impl->writer, ShardWriter::create(writer_options, impl->engine));
   FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
   // Above every sequence on disk, damaged checkpoints' too, so commit order stays unambiguous
   // even if one of them is repaired later.
@@ -288,8 +278,7 @@ CheckpointManager::~CheckpointManager() {
 
 Result<PendingSave> CheckpointManager::save_async(const std::string& tag, CheckpointContent content) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
-  FP_ASSIGN_OR_RETURN(std::vector<checkpoint::PlannedFile> files,
-                      checkpoint::plan_content(content, impl_->options));
+  FP_ASSIGN_OR_RETURN(ShardPlan plan, checkpoint::plan_content(content, *impl_->writer));
   Impl& m = *impl_;
   std::unique_lock lock(m.mu);
   if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
@@ -309,7 +298,7 @@ Result<PendingSave> CheckpointManager::save_async(const std::string& tag, Checkp
   job.root = m.root;
   job.tag = tag;
   job.content = std::move(content);
-  job.files = std::move(files);
+  job.plan = std::move(plan);
   job.state = state;
   job.pointer_mu = &m.pointer_mu;
   m.queue.push_back(std::move(job));
@@ -364,14 +353,14 @@ Status CheckpointManager::close() {
   }
   if (m.worker.joinable()) m.worker.join();
   m.root_lock.release();
-  m.pool.trim();
+  m.writer->release_staging();
   return st;
 }
 
 const std::string& CheckpointManager::root() const { return impl_->root; }
 const CheckpointOptions& CheckpointManager::options() const { return impl_->options; }
 IoEngine& CheckpointManager::engine() { return *impl_->engine; }
-size_t CheckpointManager::staging_bytes() const { return impl_->pool.allocated_bytes(); }
+size_t CheckpointManager::staging_bytes() const { return impl_->writer->staging_bytes(); }
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::list() const { return list_checkpoints(impl_->root); }
 

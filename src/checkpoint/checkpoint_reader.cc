@@ -342,14 +342,14 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
 }
 
 Result<std::string> CheckpointReader::read_objects() {
-  const ManifestFile* f = manifest_.find_file(checkpoint::kObjectsFileName);
+  const ManifestFile* f = manifest_.find_file(kObjectsFileName);
   if (f == nullptr) return std::string();
   std::string path = checkpoint::join_path(dir_, f->name);
   FP_ASSIGN_OR_RETURN(std::string bytes, checkpoint::read_small_file(path, size_t{1} << 31));
   bool checked = manifest_.checksum_algorithm != kNoChecksum;
   uint64_t actual = checked ? xxh3_64(bytes.data(), bytes.size()) : 0;
   if (bytes.size() != f->size || actual != f->checksum) {
-    return Status(StatusCode::kDataLoss, std::string(checkpoint::kObjectsFileName) +
+    return Status(StatusCode::kDataLoss, std::string(kObjectsFileName) +
                                              " fails its checksum (manifest " + checksum_to_hex(f->checksum) +
                                              ", data " + checksum_to_hex(actual) + "): the checkpoint is damaged")
         .with_path(path);

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint/save_job.h"
 #include "common/unique_fd.h"
+#include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/safetensors.h"
 
@@ -22,20 +22,12 @@ bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
-// Data files are "tensors-<i>-of-<n>.safetensors" (shard_plan.cc).
-constexpr std::string_view kTensorFilePrefix = "tensors-";
-
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 // What only a checkpoint directory holds: its data files or its sidecar of objects.
 bool has_checkpoint_files(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (name == checkpoint::kObjectsFileName ||
-        (starts_with(name, kTensorFilePrefix) && ends_with(name, ".safetensors"))) {
+    if (name == kObjectsFileName || is_data_file_name(name)) {
       return true;
     }
   }

@@ -8,11 +8,10 @@
 #include <string>
 
 #include "common/unique_fd.h"
+#include "fastpersist/layout.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
-
-inline constexpr std::string_view kLockFileName = ".lock";
 
 class RootLock {
  public:

@@ -2,9 +2,10 @@
 // One save, start to commit. The steps, in this order (docs/commit_protocol.md):
 //
 //   1. mkdir <root>/.tmp-<tag>-<unique>/
-//   2. the data files, in parallel: created, preallocated, staged window by window into pinned
-//      memory with each tensor's checksum computed on the staged bytes, written with O_DIRECT,
-//      fdatasynced. The snapshot is over when every source byte is staged.
+//   2. the data files, by the manager's ShardWriter (the one write path, shard_writer.h): in
+//      parallel, created, preallocated, staged window by window into pinned memory with each
+//      tensor's checksum computed on the staged bytes, written with O_DIRECT, fdatasynced. The
+//      snapshot is over when every source byte is staged.
 //   3. objects.pkl, written and fdatasynced; then manifest.json (every file with its size and
 //      checksum, every tensor with its offset, length and checksum), written and fdatasynced;
 //      then the directory is fsynced.
@@ -20,22 +21,17 @@
 #include <string>
 
 #include "checkpoint/pending_save.h"
-#include "checkpoint/shard_plan.h"
-#include "checkpoint/staging_pool.h"
 #include "fastpersist/checkpoint.h"
-#include "fastpersist/io_engine.h"
+#include "fastpersist/layout.h"
+#include "fastpersist/shard_writer.h"
 
 namespace fastpersist::checkpoint {
-
-inline constexpr std::string_view kObjectsFileName = "objects.pkl";
-inline constexpr std::string_view kTempDirPrefix = ".tmp-";
-inline constexpr std::string_view kTrashDirPrefix = ".trash-";
 
 struct SaveJob {
   std::string root;
   std::string tag;
   CheckpointContent content;
-  std::vector<PlannedFile> files;  // from plan_content, made once when the save is queued
+  ShardPlan plan;  // from plan_content, made once when the save is queued
   uint64_t sequence = 0;
   std::shared_ptr<PendingSave::State> state;
   // Held from the rename into place (4) through the pointer update (5), so a removal that
@@ -45,12 +41,11 @@ struct SaveJob {
 
 // What save_async does before queueing: checks the metadata, the tensor descriptions, names
 // and aliases (kInvalidArgument), and plans the data files.
-Result<std::vector<PlannedFile>> plan_content(const CheckpointContent& content,
-                                              const CheckpointOptions& options);
+Result<ShardPlan> plan_content(const CheckpointContent& content, const ShardWriter& writer);
 
 // Runs every step; marks the snapshot done as soon as it is; returns the outcome and the
 // bytes written (it does not call state->finish).
-Status run_save_job(const SaveJob& job, const CheckpointOptions& options, StagingPool& pool,
-                    IoEngine& engine, uint64_t* bytes_written);
+Status run_save_job(const SaveJob& job, const CheckpointOptions& options, ShardWriter& writer,
+                    uint64_t* bytes_written);
 
 }  // namespace fastpersist::checkpoint

@@ -11,12 +11,6 @@
 
 namespace fastpersist::checkpoint {
 
-std::string data_file_name(size_t index, size_t count) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "tensors-%05zu-of-%05zu.safetensors", index, count);
-  return buf;
-}
-
 namespace {
 
 Status check_tensor(const TensorSource& t) {
@@ -49,7 +43,8 @@ Status check_tensor(const TensorSource& t) {
 }  // namespace
 
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
-                                            const CheckpointOptions& options) {
+                                            const DataFileOptions& options,
+                                            std::optional<uint32_t> rank) {
   std::unordered_set<std::string> names;
   uint64_t total = 0;
   for (const TensorSource& t : tensors) {
@@ -83,7 +78,7 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
   files.reserve(count);
   for (size_t f = 0; f < count; ++f) {
     PlannedFile file;
-    file.name = data_file_name(f, count);
+    file.name = data_file_name(f, count, rank);
     file.tensors = std::move(members[f]);
     // Widest element first, then the caller's order: every offset is a multiple of the size.
     std::stable_sort(file.tensors.begin(), file.tensors.end(), [&](size_t a, size_t b) {

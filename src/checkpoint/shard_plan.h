@@ -9,17 +9,19 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "fastpersist/checkpoint.h"
+#include "fastpersist/layout.h"
 #include "fastpersist/safetensors.h"
+#include "fastpersist/shard_writer.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
 
 struct PlannedFile {
-  std::string name;             // tensors-00000-of-00002.safetensors
+  std::string name;             // data_file_name(): tensors-00000-of-00002.safetensors
   std::vector<size_t> tensors;  // indices into the content's tensors, in file order
   std::string header;           // encoded safetensors header (length prefix + padded JSON)
   SafetensorsHeader layout;     // offsets of the tensors, same order as `tensors`
@@ -27,10 +29,10 @@ struct PlannedFile {
 };
 
 // Validates the tensors (names, dtypes, nbytes == shape x dtype size, data pointers) and plans
-// the files. kInvalidArgument names the offending tensor.
+// the files, named by data_file_name(index, count, rank). kInvalidArgument names the offending
+// tensor.
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
-                                            const CheckpointOptions& options);
-
-std::string data_file_name(size_t index, size_t count);
+                                            const DataFileOptions& options,
+                                            std::optional<uint32_t> rank = std::nullopt);
 
 }  // namespace fastpersist::checkpoint

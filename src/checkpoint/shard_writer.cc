@@ -1,228 +1,265 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/shard_writer.h"
+// ShardWriter: plans, writes the data files in parallel (shard_file_writer.cc does one file),
+// and turns the outcome into manifest records. On failure it removes the files it created.
+#include "fastpersist/shard_writer.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <atomic>
 #include <cerrno>
-#include <cstring>
-#include <deque>
-#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 
-#include "buffer/device_copy.h"
-#include "common/unique_fd.h"
-#include "fastpersist/checksum.h"
+#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/shard_file_writer.h"
+#include "checkpoint/shard_plan.h"
+#include "checkpoint/staging_pool.h"
 
-namespace fastpersist::checkpoint {
+namespace fastpersist {
 namespace {
+constexpr size_t kStagingAlignment = 4096;  // O_DIRECT: windows and writes are whole blocks
+}  // namespace
 
-// Copy granule: small enough that the checksum pass reads the bytes from cache.
-constexpr size_t kCopyChunk = size_t{1} << 20;
-
-struct InFlight {
-  IoTicket ticket;
-  std::unique_ptr<PinnedBuffer> window;
-};
-
-// The bytes of the file in order: the header, then each tensor of the file.
-class SourceCursor {
- public:
-  SourceCursor(const PlannedFile& file, const std::vector<TensorSource>& sources,
-               ShardChecksums* sums, bool checksums)
-      : file_(file), sources_(sources), sums_(sums), checksums_(checksums) {
-    sums_->header = checksums ? xxh3_64(file.header.data(), file.header.size()) : 0;
-    sums_->tensors.assign(file.tensors.size(), 0);
-    piece_ = -1;
-    advance_empty();
+Status DataFileOptions::validate() const {
+  if (staging_window_bytes < kStagingAlignment || staging_window_bytes % kStagingAlignment != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging_window_bytes must be a positive multiple of 4096");
   }
-
-  // Copies up to `n` bytes into `window`; `*copied` says how many. Host memory is copied in
-  // kCopyChunk pieces, each hashed right away while it is in cache. Device memory goes in one
-  // DMA per tensor and window (one synchronization each), then is hashed from the window.
-  Status copy(PinnedBuffer& window, size_t n, size_t* copied) {
-    std::byte* dst = window.data();
-    size_t done = 0;
-    Status st;
-    while (done < n && !finished()) {
-      const std::byte* src = piece_data();
-      size_t left = piece_size() - pos_;
-      size_t take = 0;
-      if (int device = piece_device(); device >= 0) {
-        take = std::min(left, n - done);
-        st = buffer::prepare_copy_target(window, device);
-        if (st.is_ok()) st = buffer::copy_from_device(dst + done, src + pos_, take, device);
-        if (!st.is_ok()) {
-          st = Status(st.code(), "snapshot of tensor '" + piece_name() + "': " + st.message());
-          break;
-        }
-      } else {
-        take = std::min({left, n - done, kCopyChunk});
-        std::memcpy(dst + done, src + pos_, take);
-      }
-      if (piece_ >= 0 && checksums_) hash(dst + done, take);
-      pos_ += take;
-      done += take;
-      if (pos_ == piece_size()) next_piece();
-    }
-    *copied = done;
-    return st;
+  if (staging_budget_bytes != 0 && staging_budget_bytes < kStagingAlignment) {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging_budget_bytes must be 0 (unbounded) or at least 4096, got " +
+                      std::to_string(staging_budget_bytes));
   }
-  bool finished() const { return piece_ >= static_cast<long>(file_.tensors.size()); }
-
- private:
-  void hash(const std::byte* p, size_t bytes) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (size_t off = 0; off < bytes; off += kCopyChunk) {
-      stream_.update(p + off, std::min(kCopyChunk, bytes - off));
-    }
-    sums_->checksum_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  const TensorSource* piece_source() const {
-    return piece_ < 0 ? nullptr : &sources_[file_.tensors[static_cast<size_t>(piece_)]];
-  }
-  int piece_device() const { return piece_ < 0 ? -1 : piece_source()->device; }
-  std::string piece_name() const {
-    return piece_ < 0 ? std::string("(header)") : piece_source()->name;
-  }
-  const std::byte* piece_data() const {
-    if (piece_ < 0) return reinterpret_cast<const std::byte*>(file_.header.data());
-    return sources_[file_.tensors[static_cast<size_t>(piece_)]].data;
-  }
-  uint64_t piece_size() const {
-    if (piece_ < 0) return file_.header.size();
-    return sources_[file_.tensors[static_cast<size_t>(piece_)]].nbytes;
-  }
-  void next_piece() {
-    if (piece_ >= 0 && checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
-    ++piece_;
-    pos_ = 0;
-    stream_.reset();
-    advance_empty();
-  }
-  // Empty tensors have a checksum but no bytes.
-  void advance_empty() {
-    while (!finished() && piece_ >= 0 && piece_size() == 0) {
-      if (checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
-      ++piece_;
-      stream_.reset();
-    }
-    if (piece_ < 0 && file_.header.empty()) next_piece();
-  }
-
-  const PlannedFile& file_;
-  const std::vector<TensorSource>& sources_;
-  ShardChecksums* sums_;
-  const bool checksums_;
-  long piece_;
-  uint64_t pos_ = 0;
-  Xxh3Stream stream_;
-};
-
-// Waits for the oldest request and gives its window back.
-Status reap_one(std::deque<InFlight>& inflight, StagingPool& pool) {
-  InFlight f = std::move(inflight.front());
-  inflight.pop_front();
-  auto r = f.ticket.wait();
-  pool.release(std::move(f.window));
-  return r.status();
+  return Status::ok();
 }
 
-Status reap_all(std::deque<InFlight>& inflight, StagingPool& pool, Status first) {
-  while (!inflight.empty()) {
-    Status st = reap_one(inflight, pool);
-    if (first.is_ok() && !st.is_ok()) first = st;
+size_t DataFileOptions::effective_window_bytes() const {
+  // The budget is a cap: a budget below one window shrinks the window rather than exceed it.
+  if (staging_budget_bytes != 0 && staging_budget_bytes < staging_window_bytes) {
+    return staging_budget_bytes / kStagingAlignment * kStagingAlignment;
   }
+  return staging_window_bytes;
+}
+
+struct ShardPlan::Files {
+  std::vector<checkpoint::PlannedFile> files;
+  size_t tensor_count = 0;
+};
+
+ShardPlan::ShardPlan() = default;
+ShardPlan::~ShardPlan() = default;
+ShardPlan::ShardPlan(ShardPlan&&) noexcept = default;
+ShardPlan& ShardPlan::operator=(ShardPlan&&) noexcept = default;
+
+size_t ShardPlan::file_count() const { return files_ ? files_->files.size() : 0; }
+
+uint64_t ShardPlan::total_bytes() const {
+  uint64_t total = 0;
+  if (files_) {
+    for (const auto& f : files_->files) total += f.size;
+  }
+  return total;
+}
+
+std::vector<std::string> ShardPlan::file_names() const {
+  std::vector<std::string> names;
+  if (files_) {
+    for (const auto& f : files_->files) names.push_back(f.name);
+  }
+  return names;
+}
+
+struct ShardWriter::Impl {
+  Impl(const ShardWriterOptions& o, std::shared_ptr<IoEngine> e)
+      : options(o),
+        engine(std::move(e)),
+        pool(o.staging_window_bytes, o.staging_budget_bytes, o.lock_staging_memory) {}
+
+  const ShardWriterOptions options;
+  std::shared_ptr<IoEngine> engine;
+  checkpoint::StagingPool pool;
+};
+
+namespace {
+
+using checkpoint::PlannedFile;
+using checkpoint::ShardFileOutcome;
+
+// The plan must describe exactly these tensors: same count, and each planned slot holds a tensor
+// of the planned name and size (the data pointers may have changed since planning).
+Status check_plan_matches(const ShardPlan::Files& plan, const std::vector<TensorSource>& tensors) {
+  if (plan.tensor_count != tensors.size()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the plan was made for " + std::to_string(plan.tensor_count) +
+                      " tensors, the write has " + std::to_string(tensors.size()));
+  }
+  for (const PlannedFile& file : plan.files) {
+    for (size_t k = 0; k < file.tensors.size(); ++k) {
+      const TensorSource& t = tensors[file.tensors[k]];
+      const SafetensorsTensor& planned = file.layout.tensors[k];
+      if (t.name != planned.name || t.dtype != planned.dtype || t.nbytes != planned.nbytes()) {
+        return Status(StatusCode::kInvalidArgument,
+                      "tensor '" + t.name + "' does not match the plan (made for '" +
+                          planned.name + "', " + planned.dtype + ", " +
+                          std::to_string(planned.nbytes()) + " bytes)");
+      }
+      if (t.nbytes > 0 && t.data == nullptr) {
+        return Status(StatusCode::kInvalidArgument, "tensor '" + t.name + "': no data");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// Up to max_parallel_files files at a time (never more threads than the budget has window
+// pairs, so each file keeps one window staging while another is written).
+Status write_files(const std::string& directory, const std::vector<PlannedFile>& files,
+                   const std::vector<TensorSource>& tensors, const DataFileOptions& options,
+                   checkpoint::StagingPool& pool, IoEngine& engine,
+                   const std::function<void()>& on_snapshot_done,
+                   std::vector<ShardFileOutcome>* outcomes) {
+  outcomes->assign(files.size(), {});
+  std::atomic<bool> cancel{false};
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> snapshots_left{files.size()};
+  std::mutex mu;
+  Status first;
+  auto on_file_staged = [&] {
+    if (snapshots_left.fetch_sub(1) == 1 && on_snapshot_done) on_snapshot_done();
+  };
+  auto worker = [&] {
+    for (size_t i = next.fetch_add(1); i < files.size(); i = next.fetch_add(1)) {
+      checkpoint::ShardWriteArgs args;
+      args.path = checkpoint::join_path(directory, files[i].name);
+      args.file = &files[i];
+      args.sources = &tensors;
+      args.pool = &pool;
+      args.engine = &engine;
+      args.cancel = &cancel;
+      args.durable = options.durable;
+      args.checksums = options.checksums;
+      args.on_snapshot_done = on_file_staged;
+      Status st = checkpoint::write_shard_file(args, &(*outcomes)[i]);
+      if (!st.is_ok()) {
+        std::lock_guard lock(mu);
+        // The first real failure wins over the "cancelled" of the files it stopped.
+        if (first.is_ok() || (first.code() == StatusCode::kInternal && !cancel.load())) first = st;
+        cancel.store(true);
+      }
+    }
+  };
+  size_t threads = std::min<size_t>({files.size(), std::max(options.max_parallel_files, 1u),
+                                     std::max<size_t>(pool.max_windows() / 2, 1)});
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(worker);
+  worker();
+  for (auto& t : helpers) t.join();
+  if (files.empty() && on_snapshot_done) on_snapshot_done();
   return first;
 }
 
-Status preallocate(int fd, uint64_t size, const std::string& path) {
-  if (size == 0) return Status::ok();
-  int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (rc == 0 || rc == EOPNOTSUPP || rc == EINVAL) return Status::ok();  // not supported here
-  return Status::from_errno(rc, "cannot allocate the checkpoint file").with_path(path).with_range(0, size);
+ShardWriteResult make_records(const std::vector<PlannedFile>& files,
+                              const std::vector<TensorSource>& tensors,
+                              const std::vector<ShardFileOutcome>& outcomes,
+                              std::optional<uint32_t> rank) {
+  ShardWriteResult r;
+  r.files.reserve(files.size());
+  r.tensors.resize(tensors.size());
+  for (size_t f = 0; f < files.size(); ++f) {
+    const PlannedFile& file = files[f];
+    ManifestFile data;
+    data.name = file.name;
+    data.role = "tensors";
+    data.size = file.size;
+    data.checksum = outcomes[f].header;
+    data.checksum_bytes = file.layout.data_start;
+    data.rank = rank;
+    r.files.push_back(std::move(data));
+    r.bytes_written += file.size;
+    r.checksum_seconds += outcomes[f].checksum_seconds;
+    for (size_t k = 0; k < file.tensors.size(); ++k) {
+      const TensorSource& t = tensors[file.tensors[k]];
+      const SafetensorsTensor& at = file.layout.tensors[k];
+      ManifestTensor& mt = r.tensors[file.tensors[k]];  // the caller's order
+      mt.name = t.name;
+      mt.dtype = t.dtype;
+      mt.shape = t.shape;
+      mt.file = file.name;
+      mt.offset = file.layout.data_start + at.begin;
+      mt.length = at.nbytes();
+      mt.encoding = std::string(kEncodingRaw);
+      mt.stored_length = mt.length;
+      mt.checksum = outcomes[f].tensors[k];
+    }
+  }
+  return r;
 }
 
 }  // namespace
 
-Status write_shard(const ShardWriteArgs& a, ShardChecksums* out) {
-  const PlannedFile& file = *a.file;
-  UniqueFd fd(::open(a.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot create checkpoint file").with_path(a.path);
-  Status first = preallocate(fd.get(), file.size, a.path);
-  bool snapshot_signalled = false;
-
-  SourceCursor cursor(file, *a.sources, out, a.checksums);
-  std::deque<InFlight> inflight;
-  uint64_t file_pos = 0;
-  while (first.is_ok() && file_pos < file.size) {
-    if (a.cancel != nullptr && a.cancel->load(std::memory_order_relaxed)) {
-      first = Status(StatusCode::kInternal, "cancelled: another file of this checkpoint failed");
-      break;
-    }
-    auto window = a.pool->try_acquire();
-    while (window.is_ok() && !*window) {
-      if (!inflight.empty()) {
-        Status st = reap_one(inflight, *a.pool);
-        if (!st.is_ok()) {
-          first = st;
-          break;
-        }
-        window = a.pool->try_acquire();
-      } else {
-        window = a.pool->acquire();
-      }
-    }
-    if (!first.is_ok()) break;
-    if (!window.is_ok()) {
-      first = window.status();
-      break;
-    }
-    std::unique_ptr<PinnedBuffer> w = std::move(window).value();
-    size_t n = static_cast<size_t>(std::min<uint64_t>(a.pool->window_bytes(), file.size - file_pos));
-    size_t copied = 0;
-    Status copy_status = cursor.copy(*w, n, &copied);
-    if (!copy_status.is_ok() || copied != n) {
-      a.pool->release(std::move(w));
-      first = !copy_status.is_ok()
-                  ? std::move(copy_status)
-                  : Status(StatusCode::kInternal, "planned file size does not match its tensors");
-      first.with_path(a.path);
-      break;
-    }
-    if (cursor.finished() && !snapshot_signalled) {
-      snapshot_signalled = true;
-      if (a.on_snapshot_done) a.on_snapshot_done();
-    }
-    IoRequest req;
-    req.kind = IoKind::kWrite;
-    req.buffer = w->data();
-    req.length = n;
-    req.fd = fd.get();
-    req.file_offset = file_pos;
-    auto ticket = a.engine->start(req);
-    if (!ticket.is_ok()) {
-      a.pool->release(std::move(w));
-      first = Status(ticket.status()).with_path(a.path);
-      break;
-    }
-    inflight.push_back({std::move(ticket).value(), std::move(w)});
-    file_pos += n;
+Result<std::unique_ptr<ShardWriter>> ShardWriter::create(const ShardWriterOptions& options,
+                                                         std::shared_ptr<IoEngine> engine) {
+  FP_RETURN_IF_ERROR(options.validate());
+  ShardWriterOptions effective = options;
+  effective.staging_window_bytes = options.effective_window_bytes();
+  if (!engine) {
+    FP_ASSIGN_OR_RETURN(auto own, IoEngine::create(options.engine));
+    engine = std::move(own);
   }
-  first = reap_all(inflight, *a.pool, std::move(first));
-  if (!first.is_ok()) {
-    if (first.path().empty()) first.with_path(a.path);
-    return first;
-  }
-  if (!snapshot_signalled && a.on_snapshot_done) a.on_snapshot_done();
-  if (a.durable && ::fdatasync(fd.get()) != 0) {
-    return Status::from_errno(errno, "fdatasync failed").with_path(a.path);
-  }
-  if (::close(fd.release()) != 0) return Status::from_errno(errno, "close failed").with_path(a.path);
-  return Status::ok();
+  return std::unique_ptr<ShardWriter>(
+      new ShardWriter(std::make_unique<Impl>(effective, std::move(engine))));
 }
 
-}  // namespace fastpersist::checkpoint
+ShardWriter::ShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardWriter::~ShardWriter() = default;
+
+Result<ShardPlan> ShardWriter::plan(const std::vector<TensorSource>& tensors) const {
+  auto files = std::make_unique<ShardPlan::Files>();
+  FP_ASSIGN_OR_RETURN(files->files,
+                      checkpoint::plan_files(tensors, impl_->options, impl_->options.rank));
+  files->tensor_count = tensors.size();
+  ShardPlan plan;
+  plan.files_ = std::move(files);
+  return plan;
+}
+
+Result<ShardWriteResult> ShardWriter::write(const std::string& directory,
+                                            const std::vector<TensorSource>& tensors,
+                                            const ShardPlan& plan,
+                                            const ShardWriteCallbacks& callbacks) {
+  if (!plan.files_) {
+    return Status(StatusCode::kInvalidArgument, "the shard plan is empty (moved from?)");
+  }
+  FP_RETURN_IF_ERROR(check_plan_matches(*plan.files_, tensors));
+  const std::vector<PlannedFile>& files = plan.files_->files;
+  std::vector<ShardFileOutcome> outcomes;
+  Status st = write_files(directory, files, tensors, impl_->options, impl_->pool, *impl_->engine,
+                          callbacks.on_snapshot_done, &outcomes);
+  if (!st.is_ok()) {
+    // Only what this write created: a name taken by someone else (EEXIST) stays theirs.
+    for (size_t f = 0; f < files.size(); ++f) {
+      if (outcomes[f].created) {
+        (void)::unlink(checkpoint::join_path(directory, files[f].name).c_str());
+      }
+    }
+    return st;
+  }
+  return make_records(files, tensors, outcomes, impl_->options.rank);
+}
+
+Result<ShardWriteResult> ShardWriter::write(const std::string& directory,
+                                            const std::vector<TensorSource>& tensors,
+                                            const ShardWriteCallbacks& callbacks) {
+  FP_ASSIGN_OR_RETURN(ShardPlan p, plan(tensors));
+  return write(directory, tensors, p, callbacks);
+}
+
+const ShardWriterOptions& ShardWriter::options() const { return impl_->options; }
+IoEngine& ShardWriter::engine() { return *impl_->engine; }
+size_t ShardWriter::staging_bytes() const { return impl_->pool.allocated_bytes(); }
+void ShardWriter::release_staging() { impl_->pool.trim(); }
+
+}  // namespace fastpersist

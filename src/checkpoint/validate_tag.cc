@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/layout.h"
 
 namespace fastpersist {
 
@@ -19,9 +20,9 @@ Status validate_tag(const std::string& tag) {
     return {StatusCode::kInvalidArgument,
             "checkpoint tag '" + tag + "' starts with '.' (reserved for temporary directories)"};
   }
-  if (tag == "latest") {
-    return {StatusCode::kInvalidArgument,
-            "checkpoint tag 'latest' is reserved for the pointer to the newest checkpoint"};
+  if (tag == kLatestFileName) {
+    return {StatusCode::kInvalidArgument, "checkpoint tag '" + tag +
+                                              "' is reserved for the pointer to the newest checkpoint"};
   }
   for (char c : tag) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

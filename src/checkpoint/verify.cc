@@ -99,9 +99,11 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
     if (manifest.status().code() == StatusCode::kNotFound) {
       auto listing = checkpoint::list_dir(dir);
       if (!listing.is_ok()) return listing.status();  // the directory itself is not there
-      report.problems.push_back("manifest.json is missing: not a committed checkpoint");
+      report.problems.push_back(std::string(kManifestFileName) +
+                                " is missing: not a committed checkpoint");
     } else if (manifest.status().code() == StatusCode::kDataLoss) {
-      report.problems.push_back("manifest.json is damaged: " + describe(manifest.status()));
+      report.problems.push_back(std::string(kManifestFileName) +
+                                " is damaged: " + describe(manifest.status()));
     } else {
       return manifest.status();
     }

@@ -2,6 +2,8 @@
 // The protocol (steps 1 to 5) is described at the top of parallel_commit.h.
 #include "stream/parallel_commit.h"
 
+#include "fastpersist/layout.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -40,8 +42,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(10);
 // Commit timeouts this long never expire (a century of nanoseconds is far from int64 overflow).
 constexpr auto kLongestTimeout = std::chrono::hours(24 * 365 * 100);
 
-std::string lock_path_of(const std::string& partial) { return partial + ".lock"; }
-std::string done_path_of(const std::string& partial) { return partial + ".done"; }
+std::string lock_path_of(const std::string& partial) { return partial + std::string(kParallelLockSuffix); }
+std::string done_path_of(const std::string& partial) { return partial + std::string(kParallelDoneSuffix); }
 
 bool same_file(const struct stat& a, const struct stat& b) {
   return a.st_dev == b.st_dev && a.st_ino == b.st_ino;

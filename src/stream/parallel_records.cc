@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "stream/parallel_records.h"
 
+#include "fastpersist/layout.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +27,7 @@ Status write_records(const std::string& path, const std::vector<DoneRecord>& rec
     }
     return Status::ok();
   }
-  std::string tmp = path + ".new";
+  std::string tmp = path + std::string(kRecordReplaceSuffix);
   {
     std::ofstream out(tmp, std::ios::trunc);
     for (const DoneRecord& r : records) {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common/unique_fd.h"
+#include "fastpersist/layout.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::stream {
@@ -13,9 +14,9 @@ namespace fastpersist::stream {
 // How writers name their temporaries next to "<dir>/<name>": ".<name>" + kTempInfix + six
 // mkostemp characters for a single writer, ".<name>" + kPartialSuffix for parallel writers.
 // stale_files.cc recognises them by the same constants.
-inline constexpr std::string_view kTempInfix = ".fp-tmp-";
+inline constexpr std::string_view kTempInfix = kWriterTempInfix;
 inline constexpr size_t kTempRandomChars = 6;
-inline constexpr std::string_view kPartialSuffix = ".fp-partial";
+inline constexpr std::string_view kPartialSuffix = kParallelPartialSuffix;
 
 // "<dir>/.<name>.fp-tmp-XXXXXX", created O_EXCL next to `target` (so rename is atomic) and
 // flock()ed exclusively through the returned descriptor, which must stay open until the file is

@@ -31,7 +31,7 @@ void check_plan(const std::vector<PlannedFile>& files, const std::vector<TensorS
   std::vector<int> seen(tensors.size(), 0);
   for (size_t f = 0; f < files.size(); ++f) {
     const PlannedFile& file = files[f];
-    EXPECT_EQ(file.name, checkpoint::data_file_name(f, files.size()));
+    EXPECT_EQ(file.name, data_file_name(f, files.size()));
     EXPECT_EQ(file.header.size() % 4096, 0u);
     EXPECT_EQ(file.layout.data_start, file.header.size());
     EXPECT_EQ(file.size, file.layout.file_bytes());
@@ -136,8 +136,8 @@ TEST(ShardPlanTest, RefusesBadTensors) {
 }
 
 TEST(ShardPlanTest, DataFileNames) {
-  EXPECT_EQ(checkpoint::data_file_name(0, 1), "tensors-00000-of-00001.safetensors");
-  EXPECT_EQ(checkpoint::data_file_name(11, 12), "tensors-00011-of-00012.safetensors");
+  EXPECT_EQ(data_file_name(0, 1), "tensors-00000-of-00001.safetensors");
+  EXPECT_EQ(data_file_name(11, 12), "tensors-00011-of-00012.safetensors");
 }
 
 }  // namespace

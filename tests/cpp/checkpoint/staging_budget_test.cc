@@ -15,6 +15,7 @@
 #include "checkpoint/staging_pool.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/manifest.h"
+#include "fastpersist/shard_writer.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/watchdog.h"
@@ -26,18 +27,30 @@ using checkpoint::SaveJob;
 using checkpoint::StagingPool;
 using std::chrono::seconds;
 
-// Runs one save job with the caller's pool (the manager's pool is private).
+// A ShardWriter (what the manager saves through) with `o` and the given staging budget.
+std::unique_ptr<ShardWriter> make_writer(const CheckpointOptions& o, size_t budget,
+                                         std::shared_ptr<IoEngine> engine) {
+  ShardWriterOptions wo;
+  static_cast<DataFileOptions&>(wo) = o;
+  wo.staging_budget_bytes = budget;
+  wo.lock_staging_memory = false;
+  auto writer = ShardWriter::create(wo, std::move(engine));
+  EXPECT_TRUE(writer.is_ok()) << writer.status().to_string();
+  return writer.is_ok() ? std::move(writer).value() : nullptr;
+}
+
+// Runs one save job with the caller's writer (the manager's is private).
 Status run_job(const std::string& root, const std::string& tag, uint64_t sequence, const TestState& state,
-               const CheckpointOptions& o, StagingPool& pool, IoEngine& engine) {
+               const CheckpointOptions& o, ShardWriter& writer) {
   SaveJob job;
   job.root = root;
   job.tag = tag;
   job.content = state.content();
-  FP_ASSIGN_OR_RETURN(job.files, checkpoint::plan_content(job.content, o));
+  FP_ASSIGN_OR_RETURN(job.plan, checkpoint::plan_content(job.content, writer));
   job.sequence = sequence;
   job.state = std::make_shared<PendingSave::State>(tag);
   uint64_t bytes = 0;
-  Status st = checkpoint::run_save_job(job, o, pool, engine, &bytes);
+  Status st = checkpoint::run_save_job(job, o, writer, &bytes);
   if (st.is_ok()) {
     EXPECT_GT(bytes, state.total_bytes());
     EXPECT_TRUE(PendingSave(job.state).snapshot_done());
@@ -67,32 +80,37 @@ TEST(StagingBudgetTest, SmallBudgetStreamsAndNeverExceedsIt) {
   TempDir dir;
   TestState state = mixed_state(21);
   CheckpointOptions o = small_options();
-  auto engine = make_engine();
+  std::shared_ptr<IoEngine> engine = make_engine();
   ASSERT_NE(engine, nullptr);
   run_with_watchdog(seconds(60), "saves through a small staging budget", [&] {
-    // Unbounded: the pool grows as needed (windows written are reused by files started later).
-    StagingPool unbounded(o.staging_window_bytes, 0, false);
-    FP_ASSERT_OK(run_job(dir.path(), "full", 1, state, o, unbounded, *engine));
-    EXPECT_GT(unbounded.allocated_bytes(), 2 * o.staging_window_bytes);
+    // Unbounded: staging grows as needed (windows written are reused by files started later).
+    auto unbounded = make_writer(o, 0, engine);
+    ASSERT_NE(unbounded, nullptr);
+    FP_ASSERT_OK(run_job(dir.path(), "full", 1, state, o, *unbounded));
+    EXPECT_GT(unbounded->staging_bytes(), 2 * o.staging_window_bytes);
 
-    // Two windows, one window, and a budget that is not a multiple of the window.
+    // Two windows, one window, a budget that is not a multiple of the window, and half a
+    // window (the window shrinks to it).
     for (size_t budget : {2 * o.staging_window_bytes, o.staging_window_bytes, 3 * o.staging_window_bytes + 100,
-                          size_t{1000}}) {
+                          o.staging_window_bytes / 2}) {
       SCOPED_TRACE("budget " + std::to_string(budget));
-      StagingPool pool(o.staging_window_bytes, budget, false);
+      auto writer = make_writer(o, budget, engine);
+      ASSERT_NE(writer, nullptr);
       std::string tag = "b" + std::to_string(budget);
-      FP_ASSERT_OK(run_job(dir.path(), tag, 2, state, o, pool, *engine));
-      size_t allowed = std::max(budget / o.staging_window_bytes, size_t{1}) * o.staging_window_bytes;
-      EXPECT_LE(pool.allocated_bytes(), allowed);
-      EXPECT_GT(pool.allocated_bytes(), 0u);
+      FP_ASSERT_OK(run_job(dir.path(), tag, 2, state, o, *writer));
+      size_t window = writer->options().staging_window_bytes;
+      size_t allowed = std::max(budget / window, size_t{1}) * window;
+      EXPECT_LE(writer->staging_bytes(), allowed);
+      EXPECT_LE(writer->staging_bytes(), budget);
+      EXPECT_GT(writer->staging_bytes(), 0u);
       expect_same_data_files(dir.path() + "/full", dir.path() + "/" + tag);
       expect_checkpoint_matches(dir.path() + "/" + tag, state);
-      // The pool is reused by a second save without growing.
-      size_t before = pool.allocated_bytes();
-      FP_ASSERT_OK(run_job(dir.path(), tag + "-again", 3, state, o, pool, *engine));
-      EXPECT_EQ(pool.allocated_bytes(), before);
-      pool.trim();
-      EXPECT_EQ(pool.allocated_bytes(), 0u);
+      // The staging is reused by a second save without growing.
+      size_t before = writer->staging_bytes();
+      FP_ASSERT_OK(run_job(dir.path(), tag + "-again", 3, state, o, *writer));
+      EXPECT_EQ(writer->staging_bytes(), before);
+      writer->release_staging();
+      EXPECT_EQ(writer->staging_bytes(), 0u);
     }
   });
 }

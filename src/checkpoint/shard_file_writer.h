@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writes one data file of a checkpoint: the safetensors header and the tensors' bytes, staged
+// Writes one data file for ShardWriter (shard_writer.cc): the safetensors header and the tensors' bytes, staged
 // window by window into pinned memory and written by async O_DIRECT requests at their offsets.
 // Each tensor's checksum is computed on the staged copy right after it is copied (while the
 // bytes are still in cache), so the checksum covers exactly the bytes written.
@@ -16,15 +16,16 @@
 
 #include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
-#include "fastpersist/checkpoint.h"
+#include "fastpersist/tensor_source.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
 
-struct ShardChecksums {
-  uint64_t header = 0;               // of bytes [0, data_start)
-  std::vector<uint64_t> tensors;     // in file order (PlannedFile::tensors)
+struct ShardFileOutcome {
+  bool created = false;              // this call created the file (it is this call's to remove)
+  uint64_t header = 0;               // checksum of bytes [0, data_start)
+  std::vector<uint64_t> tensors;     // checksums in file order (PlannedFile::tensors)
   double checksum_seconds = 0;       // time spent checksumming (what checksums cost the save)
 };
 
@@ -34,12 +35,12 @@ struct ShardWriteArgs {
   const std::vector<TensorSource>* sources = nullptr;
   StagingPool* pool = nullptr;
   IoEngine* engine = nullptr;
-  const std::atomic<bool>* cancel = nullptr;  // another file failed: stop early
+  const std::atomic<bool>* cancel = nullptr;  // another file of the write failed: stop early
   bool durable = true;
   bool checksums = true;                      // off: tensors' checksums stay 0
   std::function<void()> on_snapshot_done;     // every source byte is staged (called once)
 };
 
-Status write_shard(const ShardWriteArgs& args, ShardChecksums* out);
+Status write_shard_file(const ShardWriteArgs& args, ShardFileOutcome* out);
 
 }  // namespace fastpersist::checkpoint

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// `_core.layout`: the on-disk names of fastpersist/layout.h, so that Python never spells them.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "bindings.h"
+#include "fastpersist/layout.h"
+
+namespace fastpersist::python {
+
+void bind_layout(nb::module_& m) {
+  using namespace nb::literals;
+  nb::module_ layout =
+      m.def_submodule("layout", "On-disk names of checkpoints (fastpersist/layout.h)");
+  auto name = [&](const char* attr, std::string_view value) {
+    layout.attr(attr) = std::string(value);
+  };
+  name("MANIFEST_FILE_NAME", kManifestFileName);
+  name("OBJECTS_FILE_NAME", kObjectsFileName);
+  name("DATA_FILE_PREFIX", kDataFilePrefix);
+  name("DATA_FILE_SUFFIX", kDataFileSuffix);
+  name("LATEST_FILE_NAME", kLatestFileName);
+  name("LOCK_FILE_NAME", kLockFileName);
+  name("TEMP_DIR_PREFIX", kTempDirPrefix);
+  name("TRASH_DIR_PREFIX", kTrashDirPrefix);
+  layout.def(
+      "data_file_name",
+      [](size_t index, size_t count, std::optional<uint32_t> rank) {
+        return data_file_name(index, count, rank);
+      },
+      "index"_a, "count"_a, "rank"_a = nb::none(),
+      "The data file `index` of `count` (with a rank: tensors-r<rank>-...).");
+  layout.def(
+      "is_data_file_name", [](std::string_view n) { return is_data_file_name(n); }, "name"_a,
+      "Whether `name` is a data file name of any rank.");
+}
+
+}  // namespace fastpersist::python

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "checkpoint/shard_file_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "buffer/device_copy.h"
+#include "common/unique_fd.h"
+#include "fastpersist/checksum.h"
+
+namespace fastpersist::checkpoint {
+namespace {
+
+// Copy granule: small enough that the checksum pass reads the bytes from cache.
+constexpr size_t kCopyChunk = size_t{1} << 20;
+
+struct InFlight {
+  IoTicket ticket;
+  std::unique_ptr<PinnedBuffer> window;
+};
+
+// The bytes of the file in order: the header, then each tensor of the file.
+class SourceCursor {
+ public:
+  SourceCursor(const PlannedFile& file, const std::vector<TensorSource>& sources,
+               ShardFileOutcome* sums, bool checksums)
+      : file_(file), sources_(sources), sums_(sums), checksums_(checksums) {
+    sums_->header = checksums ? xxh3_64(file.header.data(), file.header.size()) : 0;
+    sums_->tensors.assign(file.tensors.size(), 0);
+    piece_ = -1;
+    advance_empty();
+  }
+
+  // Copies up to `n` bytes into `window`; `*copied` says how many. Host memory is copied in
+  // kCopyChunk pieces, each hashed right away while it is in cache. Device memory goes in one
+  // DMA per tensor and window (one synchronization each), then is hashed from the window.
+  Status copy(PinnedBuffer& window, size_t n, size_t* copied) {
+    std::byte* dst = window.data();
+    size_t done = 0;
+    Status st;
+    while (done < n && !finished()) {
+      const std::byte* src = piece_data();
+      size_t left = piece_size() - pos_;
+      size_t take = 0;
+      if (int device = piece_device(); device >= 0) {
+        take = std::min(left, n - done);
+        st = buffer::prepare_copy_target(window, device);
+        if (st.is_ok()) st = buffer::copy_from_device(dst + done, src + pos_, take, device);
+        if (!st.is_ok()) {
+          st = Status(st.code(), "snapshot of tensor '" + piece_name() + "': " + st.message());
+          break;
+        }
+      } else {
+        take = std::min({left, n - done, kCopyChunk});
+        std::memcpy(dst + done, src + pos_, take);
+      }
+      if (piece_ >= 0 && checksums_) hash(dst + done, take);
+      pos_ += take;
+      done += take;
+      if (pos_ == piece_size()) next_piece();
+    }
+    *copied = done;
+    return st;
+  }
+  bool finished() const { return piece_ >= static_cast<long>(file_.tensors.size()); }
+
+ private:
+  void hash(const std::byte* p, size_t bytes) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t off = 0; off < bytes; off += kCopyChunk) {
+      stream_.update(p + off, std::min(kCopyChunk, bytes - off));
+    }
+    sums_->checksum_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const TensorSource* piece_source() const {
+    return piece_ < 0 ? nullptr : &sources_[file_.tensors[static_cast<size_t>(piece_)]];
+  }
+  int piece_device() const { return piece_ < 0 ? -1 : piece_source()->device; }
+  std::string piece_name() const {
+    return piece_ < 0 ? std::string("(header)") : piece_source()->name;
+  }
+  const std::byte* piece_data() const {
+    if (piece_ < 0) return reinterpret_cast<const std::byte*>(file_.header.data());
+    return sources_[file_.tensors[static_cast<size_t>(piece_)]].data;
+  }
+  uint64_t piece_size() const {
+    if (piece_ < 0) return file_.header.size();
+    return sources_[file_.tensors[static_cast<size_t>(piece_)]].nbytes;
+  }
+  void next_piece() {
+    if (piece_ >= 0 && checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
+    ++piece_;
+    pos_ = 0;
+    stream_.reset();
+    advance_empty();
+  }
+  // Empty tensors have a checksum but no bytes.
+  void advance_empty() {
+    while (!finished() && piece_ >= 0 && piece_size() == 0) {
+      if (checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
+      ++piece_;
+      stream_.reset();
+    }
+    if (piece_ < 0 && file_.header.empty()) next_piece();
+  }
+
+  const PlannedFile& file_;
+  const std::vector<TensorSource>& sources_;
+  ShardFileOutcome* sums_;
+  const bool checksums_;
+  long piece_;
+  uint64_t pos_ = 0;
+  Xxh3Stream stream_;
+};
+
+// Waits for the oldest request and gives its window back.
+Status reap_one(std::deque<InFlight>& inflight, StagingPool& pool) {
+  InFlight f = std::move(inflight.front());
+  inflight.pop_front();
+  auto r = f.ticket.wait();
+  pool.release(std::move(f.window));
+  return r.status();
+}
+
+Status reap_all(std::deque<InFlight>& inflight, StagingPool& pool, Status first) {
+  while (!inflight.empty()) {
+    Status st = reap_one(inflight, pool);
+    if (first.is_ok() && !st.is_ok()) first = st;
+  }
+  return first;
+}
+
+Status preallocate(int fd, uint64_t size, const std::string& path) {
+  if (size == 0) return Status::ok();
+  int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (rc == 0 || rc == EOPNOTSUPP || rc == EINVAL) return Status::ok();  // not supported here
+  return Status::from_errno(rc, "cannot allocate the data file").with_path(path).with_range(0, size);
+}
+
+}  // namespace
+
+Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
+  const PlannedFile& file = *a.file;
+  UniqueFd fd(::open(a.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
+    int err = errno;
+    // Someone else's file (another writer of the same rank, a leftover): never replaced, and
+    // reported as such so that the caller can tell it from an I/O failure.
+    if (err == EEXIST) {
+      return Status(StatusCode::kAlreadyExists, "the data file already exists", err)
+          .with_path(a.path);
+    }
+    return Status::from_errno(err, "cannot create the data file").with_path(a.path);
+  }
+  out->created = true;
+  Status first = preallocate(fd.get(), file.size, a.path);
+  bool snapshot_signalled = false;
+
+  SourceCursor cursor(file, *a.sources, out, a.checksums);
+  std::deque<InFlight> inflight;
+  uint64_t file_pos = 0;
+  while (first.is_ok() && file_pos < file.size) {
+    if (a.cancel != nullptr && a.cancel->load(std::memory_order_relaxed)) {
+      first = Status(StatusCode::kInternal, "cancelled: another data file of this write failed");
+      break;
+    }
+    auto window = a.pool->try_acquire();
+    while (window.is_ok() && !*window) {
+      if (!inflight.empty()) {
+        Status st = reap_one(inflight, *a.pool);
+        if (!st.is_ok()) {
+          first = st;
+          break;
+        }
+        window = a.pool->try_acquire();
+      } else {
+        window = a.pool->acquire();
+      }
+    }
+    if (!first.is_ok()) break;
+    if (!window.is_ok()) {
+      first = window.status();
+      break;
+    }
+    std::unique_ptr<PinnedBuffer> w = std::move(window).value();
+    size_t n = static_cast<size_t>(std::min<uint64_t>(a.pool->window_bytes(), file.size - file_pos));
+    size_t copied = 0;
+    Status copy_status = cursor.copy(*w, n, &copied);
+    if (!copy_status.is_ok() || copied != n) {
+      a.pool->release(std::move(w));
+      first = !copy_status.is_ok()
+                  ? std::move(copy_status)
+                  : Status(StatusCode::kInternal, "planned file size does not match its tensors");
+      first.with_path(a.path);
+      break;
+    }
+    if (cursor.finished() && !snapshot_signalled) {
+      snapshot_signalled = true;
+      if (a.on_snapshot_done) a.on_snapshot_done();
+    }
+    IoRequest req;
+    req.kind = IoKind::kWrite;
+    req.buffer = w->data();
+    req.length = n;
+    req.fd = fd.get();
+    req.file_offset = file_pos;
+    auto ticket = a.engine->start(req);
+    if (!ticket.is_ok()) {
+      a.pool->release(std::move(w));
+      first = Status(ticket.status()).with_path(a.path);
+      break;
+    }
+    inflight.push_back({std::move(ticket).value(), std::move(w)});
+    file_pos += n;
+  }
+  first = reap_all(inflight, *a.pool, std::move(first));
+  if (!first.is_ok()) {
+    // The engine knows the file only as "fd N": name it.
+    return first.with_path(a.path);
+  }
+  if (!snapshot_signalled && a.on_snapshot_done) a.on_snapshot_done();
+  if (a.durable && ::fdatasync(fd.get()) != 0) {
+    return Status::from_errno(errno, "fdatasync failed").with_path(a.path);
+  }
+  if (::close(fd.release()) != 0) return Status::from_errno(errno, "close failed").with_path(a.path);
+  return Status::ok();
+}
+
+}  // namespace fastpersist::checkpoint
