@@ -28,6 +28,7 @@ void bind_buffers(nb::module_& m);
 void bind_aio_handle(nb::module_& m);
 void bind_writer(nb::module_& m);
 void bind_checkpoint(nb::module_& m);
+void bind_manifest(nb::module_& m);
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).
 [[noreturn]] void raise_status(const Status& status);

@@ -15,5 +15,6 @@ NB_MODULE(_core, m) {
   fp::bind_buffers(m);
   fp::bind_aio_handle(m);
   fp::bind_writer(m);
+  fp::bind_manifest(m);
   fp::bind_checkpoint(m);
 }
