@@ -14,6 +14,8 @@ installed package, with its data files evicted from the page cache before every 
 - ``many``: a warm load of a checkpoint of ``--many`` tiny tensors (planning and per-tensor
   overhead, not I/O).
 
+Within a round the variant that goes first alternates, so the order cannot favour one.
+
     .venv/bin/python bench/checkpoint_load_bench.py --folder bench-data --size-mib 1024 \\
         --baseline /tmp/fastpersist-main --rounds 3
 """
@@ -93,9 +95,13 @@ def main() -> None:
     if args.baseline:
         variants["baseline"] = os.path.abspath(args.baseline)
     results: dict = {v: {w: [] for w in WHAT} for v in variants}
-    for _ in range(args.rounds):
+    names = list(variants)
+    for round_index in range(args.rounds):
         for what in WHAT:
-            for variant, extra in variants.items():
+            # Alternate which variant goes first: the storage may favour the second read.
+            order = names[round_index % len(names):] + names[:round_index % len(names)]
+            for variant in order:
+                extra = variants[variant]
                 env = dict(os.environ)
                 if extra:
                     env["PYTHONPATH"] = extra + os.pathsep + env.get("PYTHONPATH", "")

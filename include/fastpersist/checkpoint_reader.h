@@ -63,11 +63,12 @@ struct LoadedSpan {
   size_t buffer_offset = 0;
 };
 
-// Where one tensor's bytes go: `destination` (the caller's memory, `length` bytes) or, when
-// null, a span the reader allocates.
+// Where one tensor's bytes go: `destination` (the caller's memory, `capacity` writable bytes,
+// at least the tensor's length) or, when null, a span the reader allocates.
 struct TensorReadRequest {
   size_t tensor = 0;                  // index into manifest().tensors
   std::byte* destination = nullptr;
+  uint64_t capacity = 0;
 };
 
 class CheckpointReader {
@@ -92,7 +93,8 @@ class CheckpointReader {
   // tensor), I/O errors. On an error after the first read, destinations may hold partial data.
   Result<LoadResult> load(const LoadRequest& request);
 
-  // Reads the requested tensors. Requests without a destination are grouped per file into as
+  // Reads the requested tensors; kInvalidArgument, before any read, for a destination whose
+  // capacity is smaller than its tensor. Requests without a destination are grouped per file into as
   // few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
   // rather than split); `spans[i]` and `offsets[i]` then locate request i's bytes
   // (spans[i] == nullptr for requests with a destination). A destination that lines up with

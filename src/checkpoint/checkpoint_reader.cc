@@ -124,6 +124,11 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
     FP_RETURN_IF_ERROR(check_encoding(t));
+    if (requests[i].destination != nullptr && requests[i].capacity < t.length) {
+      return Status(StatusCode::kInvalidArgument, "the destination of tensor '" + t.name + "' holds " +
+                                                      std::to_string(requests[i].capacity) + " bytes, not its " +
+                                                      std::to_string(t.length));
+    }
     if (requests[i].destination == nullptr && t.length > 0) by_file[t.file].push_back(i);
     if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
   }

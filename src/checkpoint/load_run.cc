@@ -72,7 +72,8 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
   uint64_t direct_bytes = 0;
   for (const checkpoint::PlannedTensor& p : plan.tensors) {
     if (p.route != LoadRoute::kDirect) continue;
-    direct.push_back({p.tensor, request.destinations[p.destinations[0]].data});
+    const LoadDestination& d = request.destinations[p.destinations[0]];
+    direct.push_back({p.tensor, d.data, d.capacity_bytes});
     direct_bytes += manifest_.tensors[p.tensor].length;
   }
   if (!direct.empty()) {

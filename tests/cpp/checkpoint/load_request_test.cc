@@ -91,6 +91,18 @@ TEST_F(LoadRequestTest, DestinationsTooSmallForTheirShapeAreRefusedBeforeAnyRead
   EXPECT_EQ(reader_->load(req).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(LoadRequestTest, ReadRefusesADestinationSmallerThanItsTensorBeforeAnyRead) {
+  TestState state;
+  state.add("w", "F32", {1000}, 4);
+  save(state);
+  std::vector<std::byte> memory(4000, std::byte{0x11});
+  auto r = reader_->read({{0, memory.data(), 3999}}, /*verify=*/true);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::all_of(memory.begin(), memory.end(), [](std::byte b) { return b == std::byte{0x11}; }));
+  FP_EXPECT_OK(reader_->read({{0, memory.data(), 4000}}, /*verify=*/true).status());
+  EXPECT_EQ("", first_difference(state.tensors[0].bytes, memory));
+}
+
 TEST_F(LoadRequestTest, StrictListsEveryProblemAndNonStrictLoadsWhatMatches) {
   TestState state;
   const std::string odd = "we|ird;na,me:\n\"q\" \xc3\xa9";
