@@ -17,9 +17,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_load.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/layout.h"  // kLatestFileName
 #include "fastpersist/manifest.h"
@@ -61,11 +63,12 @@ struct LoadedSpan {
   size_t buffer_offset = 0;
 };
 
-// Where one tensor's bytes go: `destination` (the caller's memory, `length` bytes) or, when
-// null, a span the reader allocates.
+// Where one tensor's bytes go: `destination` (the caller's memory, `capacity` writable bytes,
+// at least the tensor's length) or, when null, a span the reader allocates.
 struct TensorReadRequest {
   size_t tensor = 0;                  // index into manifest().tensors
   std::byte* destination = nullptr;
+  uint64_t capacity = 0;
 };
 
 class CheckpointReader {
@@ -76,7 +79,22 @@ class CheckpointReader {
   const Manifest& manifest() const { return manifest_; }
   const std::string& dir() const { return dir_; }
 
-  // Reads the requested tensors. Requests without a destination are grouped per file into as
+  // Plans and runs a whole load (checkpoint_load.h): selects, checks (names, shapes, every
+  // destination's capacity, strides and writability, encodings) before the first read, then
+  // reads each tensor by the fastest route that keeps within `max_memory`:
+  //  - straight into a contiguous destination of the stored dtype (O_DIRECT when it lines up
+  //    with the file, else through the staged ring);
+  //  - into new page-aligned spans that become the results without a copy (grouped per file);
+  //  - into a span and then converted / scattered into its outputs (another dtype, strides);
+  //  - larger than max_memory and converted or copied: in pieces of max_memory / 2, each
+  //    written into the outputs as it arrives (read_pieces).
+  // Errors: kInvalidArgument (the request: strict mismatches listed, capacities, dtypes),
+  // kUnavailable (an encoding this build cannot decode), kDataLoss (checksums, naming file and
+  // tensor), I/O errors. On an error after the first read, destinations may hold partial data.
+  Result<LoadResult> load(const LoadRequest& request);
+
+  // Reads the requested tensors; kInvalidArgument, before any read, for a destination whose
+  // capacity is smaller than its tensor. Requests without a destination are grouped per file into as
   // few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
   // rather than split); `spans[i]` and `offsets[i]` then locate request i's bytes
   // (spans[i] == nullptr for requests with a destination). A destination that lines up with
@@ -108,9 +126,16 @@ class CheckpointReader {
 
  private:
   CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine);
+  // The file a tensor lies in (decode_manifest checked that it is listed), and its path
+  // (manifest_file_path: a v2 reference may point into another checkpoint of the root).
+  const ManifestFile& file_of(const ManifestTensor& t) const { return *files_.at(t.file).first; }
+  const std::string& path_of(const ManifestTensor& t) const { return files_.at(t.file).second; }
+  Status check_encoding(const ManifestTensor& t) const;
+
   std::string dir_;
   Manifest manifest_;
   std::shared_ptr<IoEngine> engine_;
+  std::unordered_map<std::string, std::pair<const ManifestFile*, std::string>> files_;
 };
 
 }  // namespace fastpersist

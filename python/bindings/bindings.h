@@ -31,6 +31,7 @@ void bind_checkpoint(nb::module_& m);
 void bind_progress(nb::module_& m);
 void bind_paths(nb::module_& m);
 void bind_layout(nb::module_& m);
+void bind_manifest(nb::module_& m);
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).
 [[noreturn]] void raise_status(const Status& status);

@@ -2,7 +2,8 @@
 // `_core.CheckpointManager`, `_core.PendingSave`, `_core.CheckpointReader` and the free functions
 // over checkpoint roots and safetensors headers. Saved tensors cross as the tensor objects, read
 // and checked here (checked_buffer.h); the Python façade keeps them alive until the snapshot is
-// done. Reads: see PyCheckpointReader.
+// done. Load destinations cross as (address, capacity, dtype, shape, strides), checked in C++
+// before any read (CheckpointReader::load).
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -60,6 +61,9 @@ TensorSource tensor_source(const TensorTuple& tuple) {
   }
   return {name, dtype, shape, b.data, b.nbytes, b.device};
 }
+// (name, address, capacity_bytes, dtype, shape, strides) of a load destination.
+using DestinationTuple = std::tuple<std::string, uintptr_t, uint64_t, std::string, std::vector<uint64_t>,
+                                    std::vector<int64_t>>;
 
 nb::dict info_dict(const CheckpointInfo& c) {
   nb::dict d;
@@ -125,65 +129,71 @@ class PyCheckpointReader {
     }));
   }
 
-  // requests: (tensor index, destination address or 0). Returns (spans, placement): spans are
-  // PinnedBuffer objects; placement[i] = (span index or -1, byte offset in that span).
-  std::pair<nb::list, std::vector<std::pair<long, size_t>>> read(
-      const std::vector<std::pair<size_t, uintptr_t>>& requests, bool verify,
-      uint64_t max_in_flight_bytes, uint64_t max_gap_bytes) {
-    std::vector<TensorReadRequest> reqs;
-    reqs.reserve(requests.size());
-    for (const auto& [index, address] : requests) {
-      reqs.push_back({index, reinterpret_cast<std::byte*>(address)});
+  // Destinations cross as (name, address, capacity_bytes, dtype, shape, strides): the address
+  // of the first element, how many bytes the caller owns from there, and the layout; address 0
+  // declares a destination the caller fills itself (see LoadDestination). C++ checks all of it
+  // before the first read. Returns (buffers, tensors, destination_states, missing, unexpected,
+  // mismatched): buffers are PinnedBuffer objects; tensors[i] = (name, dtype, shape, buffer
+  // index or -1, byte offset, nbytes, destination index or -1) per stored tensor loaded, in
+  // manifest order. `progress(done, total)` runs with the GIL; an exception it raises is
+  // raised once the load has finished (the reads in flight must complete first).
+  nb::tuple load(std::optional<std::vector<std::string>> names, const std::vector<DestinationTuple>& destinations,
+                 bool into, const std::string& dtype, const std::map<std::string, std::string>& dtype_by_name,
+                 bool strict, bool verify, uint64_t max_memory, nb::object progress) {
+    LoadRequest req;
+    req.names = std::move(names);
+    req.destinations.reserve(destinations.size());
+    for (const auto& [name, address, capacity, dest_dtype, shape, strides] : destinations) {
+      req.destinations.push_back({name, reinterpret_cast<std::byte*>(address), capacity, dest_dtype, shape, strides});
     }
-    auto result = unwrap(without_gil(
-        [&] { return reader_->read(reqs, verify, max_in_flight_bytes, max_gap_bytes); }));
-    nb::list spans;
-    std::map<const LoadedSpan*, long> index_of;
-    std::vector<std::pair<long, size_t>> placement(requests.size(), {-1, 0});
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      const auto& span = result.spans[i];
-      if (!span) continue;
-      auto [it, added] = index_of.emplace(span.get(), static_cast<long>(index_of.size()));
-      if (added) {
-        LockedBuffer b;
-        b.buffer = span->buffer;
-        b.nbytes = span->buffer->size();
-        spans.append(nb::cast(std::move(b)));
-      }
-      placement[i] = {it->second, static_cast<size_t>(result.data[i] - span->buffer->data())};
-    }
-    return {spans, placement};
-  }
-
-  // sink(offset_in_tensor, memoryview) for each piece of tensor `tensor`, in order (see
-  // CheckpointReader::read_pieces). The memoryview is released after each call: the sink must
-  // not keep it (a tensor still viewing it makes the release, and so the read, fail). An
-  // exception from the sink stops the stream and propagates.
-  void read_pieces(size_t tensor, uint64_t piece_bytes, bool verify, nb::callable sink) {
+    req.into = into;
+    req.dtype = dtype;
+    req.dtype_by_name = dtype_by_name;
+    req.strict = strict;
+    req.verify = verify;
+    req.max_memory = max_memory;
     std::optional<nb::python_error> raised;
-    Status st = without_gil([&] {
-      return reader_->read_pieces(
-          tensor, piece_bytes, verify, [&](uint64_t offset, const std::byte* data, size_t size) {
-            nb::gil_scoped_acquire gil;
-            try {
-              nb::object view = nb::steal(PyMemoryView_FromMemory(
-                  reinterpret_cast<char*>(const_cast<std::byte*>(data)), static_cast<Py_ssize_t>(size),
-                  PyBUF_WRITE));
-              if (!view.is_valid()) throw nb::python_error();
-              sink(offset, view);
-              view.attr("release")();
-              return Status::ok();
-            } catch (nb::python_error& e) {
-              raised.emplace(std::move(e));
-              return Status(StatusCode::kInternal, "the piece sink raised");
-            }
-          });
-    });
+    if (!progress.is_none()) {
+      req.progress = [&](uint64_t done, uint64_t total) {
+        nb::gil_scoped_acquire gil;
+        if (raised) return;
+        try {
+          progress(done, total);
+        } catch (nb::python_error& e) {
+          raised.emplace(std::move(e));
+        }
+      };
+    }
+    auto result = without_gil([&] { return reader_->load(req); });
     if (raised) {
       raised->restore();
       throw nb::python_error();
     }
-    check(st);
+    LoadResult r = unwrap(std::move(result));
+    const Manifest& m = reader_->manifest();
+    nb::list buffers;
+    std::map<const PinnedBuffer*, long> index_of;
+    nb::list tensors;
+    for (const LoadedTensor& t : r.tensors) {
+      long buffer = -1;
+      if (t.buffer) {
+        auto [it, added] = index_of.emplace(t.buffer.get(), static_cast<long>(index_of.size()));
+        if (added) {
+          LockedBuffer b;
+          b.buffer = t.buffer;
+          b.nbytes = t.buffer->size();
+          buffers.append(nb::cast(std::move(b)));
+        }
+        buffer = it->second;
+      }
+      tensors.append(nb::make_tuple(utf8_str(m.tensors[t.tensor].name), t.dtype, t.shape, buffer, t.offset,
+                                    t.nbytes, t.destination));
+    }
+    std::vector<int> states;
+    states.reserve(r.destinations.size());
+    for (DestinationState s : r.destinations) states.push_back(static_cast<int>(s));
+    return nb::make_tuple(buffers, tensors, states, utf8_list(r.missing), utf8_list(r.unexpected),
+                          utf8_list(r.mismatched));
   }
 
   nb::bytes read_objects() {
@@ -191,7 +201,7 @@ class PyCheckpointReader {
     return nb::bytes(bytes.data(), bytes.size());
   }
 
-  std::string manifest_json() const { return encode_manifest(reader_->manifest()); }
+  const Manifest& manifest() const { return reader_->manifest(); }
   const std::string& dir() const { return reader_->dir(); }
 
  private:
@@ -259,12 +269,10 @@ void bind_checkpoint(nb::module_& m) {
 
   nb::class_<PyCheckpointReader>(m, "CheckpointReader")
       .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)
-      .def("read", &PyCheckpointReader::read, "requests"_a, "verify"_a, "max_in_flight_bytes"_a,
-           "max_gap_bytes"_a)
-      .def("read_pieces", &PyCheckpointReader::read_pieces, "tensor"_a, "piece_bytes"_a, "verify"_a,
-           "sink"_a)
+      .def("load", &PyCheckpointReader::load, "names"_a.none(), "destinations"_a, "into"_a, "dtype"_a,
+           "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none())
       .def("read_objects", &PyCheckpointReader::read_objects)
-      .def("manifest_json", &PyCheckpointReader::manifest_json)
+      .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)
       .def_prop_ro("dir", &PyCheckpointReader::dir);
 
   m.def("list_checkpoints", [](const std::string& root) {

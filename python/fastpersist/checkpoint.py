@@ -446,10 +446,13 @@ class CheckpointManager:
                 Unselected tensors are left out of the returned state.
             dtype: convert on load: one dtype for every floating-point tensor, or {name: dtype}.
             strict: raise on missing/unexpected names and shape mismatches (all listed).
+                Every destination is checked (shape, dtype, extent within its storage,
+                writable memory) before anything is read, strict or not.
             verify: check every tensor's checksum (raises CheckpointCorruptError).
             max_memory: cap on the bytes read at a time (bytes or "1GiB"); in-place loads of a
                 large checkpoint then need little extra memory. Tensors larger than the cap
-                that are converted (dtype, device) stream through it in pieces.
+                that are converted (dtype) or copied into non-contiguous destinations stream
+                through it in pieces; a ``map_location`` device move follows the host load.
             weights_only: restrict what the sidecar may unpickle (see checkpoint_state).
         """
         name = self._resolve(tag)

@@ -1,91 +1,76 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Loading a checkpoint directory: selection, in-place loads, dtype conversion, strict checks.
+"""Loading a checkpoint directory: glue around :meth:`fastpersist._core.CheckpointReader.load`.
 
-The bytes move in C++ (:class:`fastpersist._core.CheckpointReader`): tensors that land in new
-memory are read with parallel O_DIRECT into page-aligned spans and become views of them (no
-copy after the read); tensors loaded ``into=`` existing CPU tensors of the same dtype are read
-straight into that memory. Checksums are checked as each read completes.
+C++ plans and runs the whole load (selection, aliases, strict checks, direct or staged reads
+into destinations, grouped span reads into new memory, dtype conversion, streaming under
+``max_memory``, progress, checksums; see docs/design.md, "Load planning in C++"). This module
+only names the destinations (each with its address, byte capacity, dtype, shape and strides,
+which C++ checks before any read), evaluates a ``keys=`` predicate, wraps the returned memory
+as tensors without a copy, moves them to ``map_location`` and rebuilds the state.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import _core
-from .checkpoint_state import SAFETENSORS_TO_DTYPE, flatten_into, unflatten_state
-
-_PROGRESS_BATCH_BYTES = 64 << 20
+from .checkpoint_state import DTYPE_TO_SAFETENSORS, SAFETENSORS_TO_DTYPE, flatten_into, unflatten_state
 
 KeySelection = Union[None, Iterable[str], Callable[[str], bool]]
 DtypeSpec = Union[None, torch.dtype, Mapping[str, torch.dtype]]
 
+# Values of the C++ DestinationState (checkpoint_load.h).
+_FILLED = 1
+_CALLER_COPIES = 2
 
-def _selection(keys: KeySelection, names: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(selected names in checkpoint order, requested names that do not exist)."""
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    # A dtype checkpoints do not hold is passed by its torch name: C++ refuses it by that name.
+    return DTYPE_TO_SAFETENSORS.get(dtype, str(dtype))
+
+
+def _destination(name: str, t: torch.Tensor) -> Tuple[str, int, int, str, List[int], List[int]]:
+    """(name, address, capacity, dtype, shape, strides) of destination `t`. The capacity is what
+    its storage holds from its first element on; memory C++ cannot write (another device)
+    goes as address 0, filled here from a host copy."""
+    shape = list(t.shape)
+    if t.device.type != "cpu":
+        return (name, 0, 0, _dtype_name(t.dtype), shape, [])
+    capacity = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    return (name, t.data_ptr(), max(capacity, 0), _dtype_name(t.dtype), shape, list(t.stride()))
+
+
+def _names(keys: KeySelection, manifest: Any, dest: Mapping[str, torch.Tensor]) -> Optional[List[str]]:
+    """The names to load, or None for all. A predicate is evaluated here, over the checkpoint's
+    names and the destinations' (so that a destination it selects is reported missing)."""
     if keys is None:
-        return list(names), []
+        return None
     if callable(keys):
-        return [n for n in names if keys(n)], []
+        names = manifest.names()
+        known = set(names)
+        return [n for n in names if keys(n)] + [n for n in dest if n not in known and keys(n)]
     if isinstance(keys, str):
         raise TypeError("keys= takes a list of names or a predicate, not a single string")
-    wanted = list(keys)
-    present = set(names)
-    wanted_set = set(wanted)
-    return [n for n in names if n in wanted_set], [k for k in wanted if k not in present]
+    return list(keys)
 
 
-def _view(span: Any, offset: int, nbytes: int, dtype: torch.dtype,
-          shape: Sequence[int]) -> torch.Tensor:
-    """The bytes at `offset` of `span` as a tensor, without a copy when aligned for `dtype`.
-
-    Each tensor gets its own storage that starts at its first byte (storage_offset 0), as
-    torch.load gives: torch APIs that read a tensor's storage rather than its data pointer
-    (``torch.set_rng_state`` crashes on an RNG state with a storage offset) then work, and
-    saving one loaded tensor with torch.save does not write the whole span. The storage
-    keeps `span` alive.
-    """
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if nbytes == 0:
-        return torch.empty(tuple(shape), dtype=dtype)
-    if offset % itemsize != 0:
-        # Files from other writers may misalign; copy rather than fail.
-        raw = torch.frombuffer(span, dtype=torch.uint8, count=nbytes, offset=offset).clone()
-        return raw.view(dtype).reshape(tuple(shape))
-    return torch.frombuffer(span, dtype=dtype, count=nbytes // itemsize,
-                            offset=offset).reshape(tuple(shape))
-
-
-def _target_dtype(name: str, stored: torch.dtype, dtype: DtypeSpec) -> torch.dtype:
+def _dtypes(dtype: DtypeSpec) -> Tuple[str, Dict[str, str]]:
+    """(blanket dtype name or "", {name: dtype name})."""
     if dtype is None:
-        return stored
+        return "", {}
     if isinstance(dtype, torch.dtype):
-        # A blanket dtype converts floating-point tensors only: step counters stay integers.
-        return dtype if stored.is_floating_point else stored
-    return dtype.get(name, stored)
-
-
-def _dtype_by_stored_name(dtype: DtypeSpec, aliases: Mapping[str, str]) -> DtypeSpec:
-    """`dtype` with a {name: dtype} mapping keyed by stored names (an alias names the tensor
-    it shares memory with: tied weights are one tensor, converted once whichever name the
-    caller used)."""
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
+        return _dtype_name(dtype), {}
     if not isinstance(dtype, Mapping):
         raise TypeError("dtype= takes a torch.dtype or a {name: torch.dtype} mapping, "
                         f"not {type(dtype).__name__}")
-    by_target: Dict[str, torch.dtype] = {}
+    by_name = {}
     for name, want in dtype.items():
         if not isinstance(want, torch.dtype):
             raise TypeError(f"dtype[{name!r}] is {want!r}, not a torch.dtype")
-        target = aliases.get(name, name)
-        if by_target.get(target, want) != want:
-            raise ValueError(f"dtype= asks for both {by_target[target]} and {want} for {target!r} "
-                             "(tied names share one tensor)")
-        by_target[target] = want
-    return by_target
+        by_name[name] = _dtype_name(want)
+    return "", by_name
 
 
 def _device(map_location: Any) -> Optional[torch.device]:
@@ -97,46 +82,16 @@ def _device(map_location: Any) -> Optional[torch.device]:
     raise TypeError("map_location must be None, a device string or a torch.device")
 
 
-def _to_stream(via_span: Sequence[str], tensors: List[Dict[str, Any]], index: Mapping[str, int],
-               needed: Mapping[str, Optional[torch.Tensor]], dtype: DtypeSpec,
-               device: Optional[torch.device], budget: int) -> List[str]:
-    """The tensors that a bounded load reads in pieces: larger than the budget, and converted
-    (another dtype or device) or copied into a contiguous destination. Others are read whole:
-    into a span that becomes the result without a copy, or (a non-contiguous destination)
-    into one span of the tensor's size, the one case where a load may exceed max_memory."""
-    if not budget:
-        return []
-    out = []
-    for target in via_span:
-        t = tensors[index[target]]
-        if t["length"] <= budget:
-            continue
-        d = needed[target]
-        stored = SAFETENSORS_TO_DTYPE[t["dtype"]]
-        if d is not None:
-            if d.is_contiguous():
-                out.append(target)
-        elif device is not None or _target_dtype(target, stored, dtype) != stored:
-            out.append(target)
-    return out
-
-
-def _stream_into(reader: Any, tensor: int, stored: torch.dtype, out: torch.Tensor, verify: bool,
-                 budget: int) -> None:
-    """Fills the contiguous `out` with tensor `tensor`, converted piece by piece (two pieces of
-    about budget / 2 in flight: one read while the other is converted)."""
-    piece_bytes = max(4096, budget // 2 // 4096 * 4096)
-    itemsize = torch.empty((), dtype=stored).element_size()
-    with torch.no_grad():
-        flat = out.view(-1)
-
-        def sink(offset: int, piece: memoryview) -> None:
-            src = torch.frombuffer(piece, dtype=stored)
-            start = offset // itemsize
-            flat[start:start + src.numel()].copy_(src)
-            del src  # the piece's memory is reused once this returns
-
-        reader.read_pieces(tensor, piece_bytes, verify, sink)
+def _wrap(buffer: Any, offset: int, nbytes: int, dtype: torch.dtype,
+          shape: Sequence[int]) -> torch.Tensor:
+    """The bytes at `offset` of `buffer` as a tensor, without a copy. Each tensor's storage
+    starts at its first byte (storage_offset 0), as torch.load gives: torch APIs that read a
+    tensor's storage (``torch.set_rng_state``) then work, and torch.save of one loaded tensor
+    does not write the whole buffer. The storage keeps `buffer` alive."""
+    if nbytes == 0:
+        return torch.empty(tuple(shape), dtype=dtype)
+    return torch.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize,
+                            offset=offset).reshape(tuple(shape))
 
 
 def load_checkpoint_dir(
@@ -155,166 +110,46 @@ def load_checkpoint_dir(
 ) -> Any:
     """Loads the checkpoint directory `path`; see :meth:`CheckpointManager.load`.
 
-    `progress(bytes_read, bytes_to_read)` (tensor bytes) is called before the first read and
-    after each batch of reads completed; with it, reads go in batches of at most 64 MiB (or
-    `max_memory`) unless one tensor is larger.
+    `progress(bytes_read, bytes_to_read)` (tensor bytes) is called from C++ before the first
+    read and after each batch of reads completed.
     """
-    reader = _core.CheckpointReader(str(path), engine_options)
-    manifest = json.loads(reader.manifest_json())
-    tensors = manifest["tensors"]
-    index = {t["name"]: i for i, t in enumerate(tensors)}
-    aliases: Dict[str, str] = dict(manifest.get("aliases", {}))
-    all_names = [t["name"] for t in tensors] + list(aliases)
-    if strict and isinstance(dtype, Mapping):
-        unknown = sorted(n for n in dtype if n not in index and n not in aliases)
-        if unknown:
-            raise ValueError(f"dtype= names tensors that checkpoint {path} does not have: "
-                             f"{', '.join(map(str, unknown[:20]))}" + (" ..." if len(unknown) > 20 else "")
-                             + ". Pass strict=False to ignore them.")
-    dtype = _dtype_by_stored_name(dtype, aliases)
-    selected, missing = _selection(keys, all_names)
-
-    dest: Dict[str, torch.Tensor] = {}
-    mismatched: List[str] = []
-    unexpected: List[str] = []
-    if into is not None:
-        dest = flatten_into(into)
-        if keys is None or callable(keys):
-            pred = (lambda n: True) if keys is None else keys
-            missing += [n for n in dest if n not in index and n not in aliases and pred(n)]
-        unexpected = [n for n in selected if n not in dest]
-        for n in selected:
-            if n in dest:
-                stored = tensors[index[aliases.get(n, n)]]
-                if tuple(dest[n].shape) != tuple(stored["shape"]):
-                    mismatched.append(f"{n}: checkpoint {tuple(stored['shape'])}, "
-                                      f"destination {tuple(dest[n].shape)}")
-    if strict and (missing or unexpected or mismatched):
-        parts = []
-        if missing:
-            parts.append(f"missing from the checkpoint: {', '.join(sorted(missing)[:20])}"
-                         + (" ..." if len(missing) > 20 else ""))
-        if unexpected:
-            parts.append(f"in the checkpoint but not in into=: {', '.join(unexpected[:20])}"
-                         + (" ..." if len(unexpected) > 20 else ""))
-        if mismatched:
-            parts.append("shape mismatch: " + "; ".join(mismatched[:20]))
-        raise ValueError(f"checkpoint {path} does not match what was asked (strict=True): "
-                         + " | ".join(parts) + ". Pass strict=False to load what matches.")
-    bad_shape = {m.split(":", 1)[0] for m in mismatched}
-
-    # Stored tensors needed, and where each goes: straight into a destination, or a span.
-    needed: Dict[str, Optional[torch.Tensor]] = {}
-    for n in selected:
-        target = aliases.get(n, n)
-        d = dest.get(n) if n not in bad_shape else None
-        if d is not None and target not in needed:
-            needed[target] = d
-        elif target not in needed:
-            needed[target] = None
-
-    direct: List[tuple[int, int]] = []
-    via_span: List[str] = []
-    direct_names: List[str] = []
-    for target, d in needed.items():
-        t = tensors[index[target]]
-        stored_dtype = SAFETENSORS_TO_DTYPE[t["dtype"]]
-        if (d is not None and d.device.type == "cpu" and d.is_contiguous()
-                and d.dtype == stored_dtype and t["length"] > 0):
-            direct.append((index[target], d.data_ptr()))
-            direct_names.append(target)
-        else:
-            via_span.append(target)
-
-    loaded: Dict[str, torch.Tensor] = {}
-    budget = int(max_memory) if max_memory else 0
-    to_read = sum(tensors[index[t]]["length"] for t in needed)
-    bytes_read = 0
-    if progress is not None:
-        progress(0, to_read)
-    if direct:
-        reader.read(direct, verify, budget, 1 << 20)
-        for target in direct_names:
-            loaded[target] = needed[target]  # type: ignore[assignment]
-        if progress is not None:
-            bytes_read += sum(tensors[index[t]]["length"] for t in direct_names)
-            progress(bytes_read, to_read)
-
-    # A tensor larger than the budget that must be converted (dtype, device) or copied into a
-    # destination streams in pieces into its final memory: the bytes in flight stay within
-    # max_memory whatever the tensor's size.
     device = _device(map_location)
-    streamed = _to_stream(via_span, tensors, index, needed, dtype, device, budget)
-    for target in streamed:
-        t = tensors[index[target]]
-        stored_dtype = SAFETENSORS_TO_DTYPE[t["dtype"]]
-        out = needed[target]
-        if out is None:
-            out = torch.empty(tuple(t["shape"]), dtype=_target_dtype(target, stored_dtype, dtype),
-                              device=device or "cpu")
-        _stream_into(reader, index[target], stored_dtype, out, verify, budget)
-        loaded[target] = out
-        if progress is not None:
-            bytes_read += t["length"]
-            progress(bytes_read, to_read)
-    if streamed:
-        streamed_set = set(streamed)
-        via_span = [target for target in via_span if target not in streamed_set]
+    blanket, by_name = _dtypes(dtype)
+    reader = _core.CheckpointReader(str(path), engine_options)
+    manifest = reader.manifest
+    dest: Dict[str, torch.Tensor] = flatten_into(into) if into is not None else {}
+    names = _names(keys, manifest, dest)
+    dest_items = list(dest.items())
+    buffers, tensors, states, _, _, _ = reader.load(
+        names, [_destination(n, t) for n, t in dest_items], into is not None, blanket, by_name,
+        strict, verify, int(max_memory or 0), progress)
 
-    # Span reads, in batches of at most max_memory bytes when bounded (or smaller ones to report
-    # progress between them).
-    batch_limit = budget
-    if progress is not None:
-        batch_limit = min(budget or _PROGRESS_BATCH_BYTES, _PROGRESS_BATCH_BYTES)
-    batches: List[List[str]] = [[]]
-    batch_bytes = 0
-    for target in via_span:
-        n = tensors[index[target]]["length"]
-        if batch_limit and batches[-1] and batch_bytes + n > batch_limit:
-            batches.append([])
-            batch_bytes = 0
-        batches[-1].append(target)
-        batch_bytes += n
-    for batch in batches:
-        if not batch:
+    loaded: Dict[str, torch.Tensor] = {}  # by stored name
+    for name, code, shape, buffer, offset, nbytes, destination in tensors:
+        if destination >= 0:
+            loaded[name] = dest_items[destination][1]
             continue
-        spans, placement = reader.read([(index[n], 0) for n in batch], verify, 0, 1 << 20)
-        for target, (span, offset) in zip(batch, placement):
-            t = tensors[index[target]]
-            stored_dtype = SAFETENSORS_TO_DTYPE[t["dtype"]]
-            if span < 0:  # an empty tensor: nothing was read
-                value = torch.empty(tuple(t["shape"]), dtype=stored_dtype)
-            else:
-                value = _view(spans[span], offset, t["length"], stored_dtype, t["shape"])
-            d = needed[target]
-            if d is not None:
-                with torch.no_grad():
-                    d.copy_(value)  # converts dtype / moves to d's device
-                loaded[target] = d
-                continue
-            want = _target_dtype(target, stored_dtype, dtype)
-            if want != stored_dtype:
-                value = value.to(want)
-            if device is not None:
-                value = value.to(device)
-            loaded[target] = value
-        del spans
-        if progress is not None:
-            bytes_read += sum(tensors[index[t]]["length"] for t in batch)
-            progress(bytes_read, to_read)
-
-    selected_set = set(selected)
+        value = _wrap(buffers[buffer] if buffer >= 0 else None, offset, nbytes,
+                      SAFETENSORS_TO_DTYPE[code], shape)
+        loaded[name] = value if device is None else value.to(device)
+    del buffers
+    filled = {dest_items[i][0] for i, s in enumerate(states) if s == _FILLED}
+    caller_copies = {dest_items[i][0] for i, s in enumerate(states) if s == _CALLER_COPIES}
+    aliases = manifest.aliases
+    selected = None if names is None else set(names)
 
     def lookup(name: str) -> Optional[torch.Tensor]:
-        if name not in selected_set:
+        if selected is not None and name not in selected:
             return None
-        target = aliases.get(name, name)
-        if name in dest and name not in bad_shape:
-            # In-place loads return the caller's own tensors (aliases included).
-            if target not in loaded or loaded[target] is not dest[name]:
-                with torch.no_grad():
-                    dest[name].copy_(loaded[target])
+        value = loaded.get(aliases.get(name, name))
+        if value is None:
+            return None
+        if name in filled:
+            return dest[name]  # in-place loads return the caller's own tensors
+        if name in caller_copies:
+            with torch.no_grad():
+                dest[name].copy_(value)
             return dest[name]
-        return loaded.get(target)
+        return value
 
     return unflatten_state(reader.read_objects(), lookup, weights_only=weights_only)

@@ -57,6 +57,8 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 
+from . import _core
+
 __all__ = [
     "DTYPE_TO_SAFETENSORS",
     "SAFETENSORS_TO_DTYPE",
@@ -78,29 +80,12 @@ BARE_TENSOR_NAME = "_"
 
 _PICKLE_PROTOCOL = 4
 
-_DTYPE_NAMES: Tuple[Tuple[str, str], ...] = (
-    ("float64", "F64"),
-    ("float32", "F32"),
-    ("float16", "F16"),
-    ("bfloat16", "BF16"),
-    ("int64", "I64"),
-    ("int32", "I32"),
-    ("int16", "I16"),
-    ("int8", "I8"),
-    ("uint8", "U8"),
-    ("bool", "BOOL"),
-    ("uint16", "U16"),
-    ("uint32", "U32"),
-    ("uint64", "U64"),
-    ("float8_e4m3fn", "F8_E4M3"),
-    ("float8_e5m2", "F8_E5M2"),
-)
-
-#: torch dtype -> safetensors dtype string, for the dtypes the installed torch has.
+#: torch dtype -> safetensors dtype string, from the C++ dtype table (``_core.dtype_table()``,
+#: include/fastpersist/dtype.h), for the dtypes the installed torch has.
 DTYPE_TO_SAFETENSORS: dict[torch.dtype, str] = {
-    getattr(torch, name): code
-    for name, code in _DTYPE_NAMES
-    if isinstance(getattr(torch, name, None), torch.dtype)
+    getattr(torch, torch_name): name
+    for name, torch_name, _ in _core.dtype_table()
+    if torch_name and isinstance(getattr(torch, torch_name, None), torch.dtype)
 }
 
 #: safetensors dtype string -> torch dtype (the reverse of :data:`DTYPE_TO_SAFETENSORS`).

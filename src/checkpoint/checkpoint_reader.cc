@@ -28,12 +28,12 @@ constexpr uint64_t kReadAlignment = 4096;
 constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // later spans read while earlier verify
 constexpr size_t kSpansInFlight = 8;
 
-Status checksum_mismatch(const std::string& dir, const ManifestTensor& t, uint64_t actual) {
+Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint64_t actual) {
   return Status(StatusCode::kDataLoss,
                 "tensor '" + t.name + "' in " + t.file + " fails its checksum (manifest " +
                     checksum_to_hex(t.checksum) + ", data " + checksum_to_hex(actual) +
                     "): the checkpoint is damaged")
-      .with_path(checkpoint::join_path(dir, t.file))
+      .with_path(path)
       .with_range(t.offset, t.length);
 }
 
@@ -52,8 +52,7 @@ struct Pending {
 
 // The leading bytes of a data file (length prefix + JSON header) against their checksum: the
 // header says which bytes are which tensor, so a load that trusts it must check it too.
-Status check_file_header(const std::string& dir, const ManifestFile& f) {
-  std::string path = checkpoint::join_path(dir, f.name);
+Status check_file_header(const std::string& path, const ManifestFile& f) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::from_errno(errno, "cannot open checkpoint file").with_path(path);
   std::string bytes(static_cast<size_t>(f.checksum_bytes), '\0');
@@ -79,7 +78,19 @@ Status check_file_header(const std::string& dir, const ManifestFile& f) {
 }  // namespace
 
 CheckpointReader::CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine)
-    : dir_(std::move(dir)), manifest_(std::move(manifest)), engine_(std::move(engine)) {}
+    : dir_(std::move(dir)), manifest_(std::move(manifest)), engine_(std::move(engine)) {
+  files_.reserve(manifest_.files.size());
+  for (const ManifestFile& f : manifest_.files) {
+    files_.emplace(f.name, std::make_pair(&f, manifest_file_path(dir_, f)));
+  }
+}
+
+Status CheckpointReader::check_encoding(const ManifestTensor& t) const {
+  if (t.encoding == kEncodingRaw) return Status::ok();
+  return Status(StatusCode::kUnavailable, "tensor '" + t.name + "' in " + t.file + " is stored with encoding '" +
+                                              t.encoding + "', which this fastpersist cannot decode")
+      .with_path(path_of(t));
+}
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& dir,
                                                                  std::shared_ptr<IoEngine> engine) {
@@ -99,8 +110,8 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
       if (r.tensor < manifest_.tensors.size()) files.insert(manifest_.tensors[r.tensor].file);
     }
     for (const std::string& name : files) {
-      const ManifestFile* f = manifest_.find_file(name);
-      if (f != nullptr) FP_RETURN_IF_ERROR(check_file_header(dir_, *f));
+      const auto& [file, path] = files_.at(name);
+      FP_RETURN_IF_ERROR(check_file_header(path, *file));
     }
   }
   ReadResult out;
@@ -112,6 +123,12 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
       return Status(StatusCode::kInvalidArgument, "tensor index out of range");
     }
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+    FP_RETURN_IF_ERROR(check_encoding(t));
+    if (requests[i].destination != nullptr && requests[i].capacity < t.length) {
+      return Status(StatusCode::kInvalidArgument, "the destination of tensor '" + t.name + "' holds " +
+                                                      std::to_string(requests[i].capacity) + " bytes, not its " +
+                                                      std::to_string(t.length));
+    }
     if (requests[i].destination == nullptr && t.length > 0) by_file[t.file].push_back(i);
     if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
   }
@@ -143,7 +160,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (!p.ticket.valid()) {  // an empty tensor: nothing read, the checksum of nothing
       const ManifestTensor& t = manifest_.tensors[requests[p.requests[0]].tensor];
       uint64_t empty = xxh3_64(nullptr, 0);
-      if (verify && first.is_ok() && empty != t.checksum) first = checksum_mismatch(dir_, t, empty);
+      if (verify && first.is_ok() && empty != t.checksum) first = checksum_mismatch(path_of(t), t, empty);
       return;
     }
     auto r = p.ticket.wait();
@@ -156,7 +173,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
       const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
       uint64_t actual = xxh3_64(out.data[i], t.length);
       if (actual != t.checksum) {
-        first = checksum_mismatch(dir_, t, actual);
+        first = checksum_mismatch(path_of(t), t, actual);
         return;
       }
     }
@@ -165,7 +182,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   // Span reads go out a few at a time, in file order, so they complete in order and each is
   // verified while the next ones are still being read (checksumming overlaps the device).
   auto submit_span = [&](const SpanPlan& s) -> Status {
-    const ManifestFile* f = manifest_.find_file(s.file);
+    const auto& [f, path] = files_.at(s.file);
     uint64_t begin = align_down(s.begin, kReadAlignment);
     uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
     FP_ASSIGN_OR_RETURN(PinnedBuffer buffer,
@@ -178,7 +195,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     req.kind = IoKind::kRead;
     req.buffer = span->buffer->data();
     req.length = end - begin;
-    req.path = checkpoint::join_path(dir_, s.file);
+    req.path = path;
     req.file_offset = begin;
     FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->start(req));
     for (size_t i : s.requests) {
@@ -209,8 +226,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
     auto address = reinterpret_cast<uintptr_t>(requests[i].destination);
     if ((address - t.offset) % kReadAlignment != 0) {
-      const ManifestFile* f = manifest_.find_file(t.file);
-      staged.push_back({checkpoint::join_path(dir_, t.file), f->size, t.offset, t.length, requests[i].destination});
+      staged.push_back({path_of(t), file_of(t).size, t.offset, t.length, requests[i].destination});
       staged_request.push_back(i);
       continue;
     }
@@ -223,7 +239,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     req.kind = IoKind::kRead;
     req.buffer = requests[i].destination;
     req.length = t.length;
-    req.path = checkpoint::join_path(dir_, t.file);
+    req.path = path_of(t);
     req.file_offset = t.offset;
     auto ticket = engine_->start(req);
     if (!ticket.is_ok()) {
@@ -244,7 +260,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (verify) {
       so.on_checksum = [&](size_t target, uint64_t actual) {
         const ManifestTensor& t = manifest_.tensors[requests[staged_request[target]].tensor];
-        return actual == t.checksum ? Status::ok() : checksum_mismatch(dir_, t, actual);
+        return actual == t.checksum ? Status::ok() : checksum_mismatch(path_of(t), t, actual);
       };
     }
     first = checkpoint::read_staged(*engine_, staged, so);
@@ -253,7 +269,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
     if (t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
-      first = checksum_mismatch(dir_, t, xxh3_64(nullptr, 0));
+      first = checksum_mismatch(path_of(t), t, xxh3_64(nullptr, 0));
     }
   }
   if (!first.is_ok()) return first;
@@ -270,10 +286,10 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
   }
   if (manifest_.checksum_algorithm == kNoChecksum) verify = false;
   const ManifestTensor& t = manifest_.tensors[tensor];
-  const ManifestFile* f = manifest_.find_file(t.file);
-  if (f == nullptr) return Status(StatusCode::kInternal, "manifest names no file '" + t.file + "'");
-  if (verify) FP_RETURN_IF_ERROR(check_file_header(dir_, *f));
-  const std::string path = checkpoint::join_path(dir_, t.file);
+  FP_RETURN_IF_ERROR(check_encoding(t));
+  const ManifestFile* f = &file_of(t);
+  const std::string& path = path_of(t);
+  if (verify) FP_RETURN_IF_ERROR(check_file_header(path, *f));
 
   // Two slots: the sink works on one while the next piece is read into the other.
   struct Slot {
@@ -337,14 +353,14 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
       if (slot.pos + slot.size == t.length) break;
     }
   }
-  if (verify && hash.digest() != t.checksum) return checksum_mismatch(dir_, t, hash.digest());
+  if (verify && hash.digest() != t.checksum) return checksum_mismatch(path_of(t), t, hash.digest());
   return Status::ok();
 }
 
 Result<std::string> CheckpointReader::read_objects() {
   const ManifestFile* f = manifest_.find_file(kObjectsFileName);
   if (f == nullptr) return std::string();
-  std::string path = checkpoint::join_path(dir_, f->name);
+  std::string path = manifest_file_path(dir_, *f);
   FP_ASSIGN_OR_RETURN(std::string bytes, checkpoint::read_small_file(path, size_t{1} << 31));
   bool checked = manifest_.checksum_algorithm != kNoChecksum;
   uint64_t actual = checked ? xxh3_64(bytes.data(), bytes.size()) : 0;

@@ -109,7 +109,7 @@ TEST(ConcurrencyTest, OneReaderSharedByThreads) {
           for (size_t i = 0; i < m.tensors.size(); ++i) {
             if ((i + static_cast<size_t>(t)) % 2 == 0) {
               dest[i].resize(std::max<uint64_t>(m.tensors[i].length, 1));
-              req.push_back({i, dest[i].data()});
+              req.push_back({i, dest[i].data(), dest[i].size()});
             } else {
               req.push_back({i, nullptr});
             }

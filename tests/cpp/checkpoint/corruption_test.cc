@@ -84,7 +84,7 @@ TEST_F(CorruptionTest, FlippedDataByteIsNamedByVerifyAndTheReader) {
   // Into the caller's memory, too.
   auto k = *manifest_.find_tensor("model.layer0.weight");
   TestBuffer dest(t.length);
-  auto bad_direct = reader->read({{k, dest.data()}}, /*verify=*/true);
+  auto bad_direct = reader->read({{k, dest.data(), t.length}}, /*verify=*/true);
   EXPECT_EQ(bad_direct.status().code(), StatusCode::kDataLoss) << bad_direct.status().to_string();
   EXPECT_NE(bad_direct.status().message().find("'model.layer0.weight'"), std::string::npos);
 

@@ -79,7 +79,7 @@ TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
     std::vector<TensorReadRequest> requests;
     for (size_t i = 0; i < m.tensors.size(); ++i) {
       dest.emplace_back(std::max<size_t>(m.tensors[i].length, 1), i % 2);
-      requests.push_back({i, dest.back().data()});
+      requests.push_back({i, dest.back().data(), std::max<uint64_t>(m.tensors[i].length, 1)});
     }
     FP_ASSERT_OK_AND_ASSIGN(auto result, reader->read(requests, /*verify=*/true, bound));
     for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -98,7 +98,7 @@ TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
   for (size_t k = m.tensors.size(); k-- > 0;) {
     if (k % 2 == 0) {
       dest.emplace_back(std::max<size_t>(m.tensors[k].length, 1), 0);
-      requests.push_back({k, dest.back().data()});
+      requests.push_back({k, dest.back().data(), m.tensors[k].length});
     } else {
       requests.push_back({k, nullptr});
     }

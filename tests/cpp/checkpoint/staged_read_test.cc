@@ -164,7 +164,7 @@ TEST(CheckpointReaderStaged, MisalignedDestinationsAreReadAndVerified) {
   std::vector<std::vector<std::byte>> dest;
   std::vector<TensorReadRequest> requests;
   for (size_t k = 0; k < m.tensors.size(); ++k) dest.emplace_back(m.tensors[k].length + 64 + 1);
-  for (size_t k = 0; k < m.tensors.size(); ++k) requests.push_back({k, dest[k].data() + 1 + k % 64});
+  for (size_t k = 0; k < m.tensors.size(); ++k) requests.push_back({k, dest[k].data() + 1 + k % 64, m.tensors[k].length});
   for (uint64_t budget : {uint64_t{0}, uint64_t{8192}, uint64_t{1} << 20}) {
     FP_ASSERT_OK_AND_ASSIGN(auto result, reader->read(requests, /*verify=*/true, budget));
     for (size_t k = 0; k < m.tensors.size(); ++k) {
