@@ -28,12 +28,19 @@ constexpr uint64_t kReadAlignment = 4096;
 constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // later spans read while earlier verify
 constexpr size_t kSpansInFlight = 8;
 
+// Where the manifest's file `name` lies: v2 names may refer into another checkpoint of the root.
+std::string file_path(const std::string& dir, const std::string& name) {
+  ManifestFile file;
+  file.name = name;
+  return manifest_file_path(dir, file);
+}
+
 Status checksum_mismatch(const std::string& dir, const ManifestTensor& t, uint64_t actual) {
   return Status(StatusCode::kDataLoss,
                 "tensor '" + t.name + "' in " + t.file + " fails its checksum (manifest " +
                     checksum_to_hex(t.checksum) + ", data " + checksum_to_hex(actual) +
                     "): the checkpoint is damaged")
-      .with_path(checkpoint::join_path(dir, t.file))
+      .with_path(file_path(dir, t.file))
       .with_range(t.offset, t.length);
 }
 
@@ -53,7 +60,7 @@ struct Pending {
 // The leading bytes of a data file (length prefix + JSON header) against their checksum: the
 // header says which bytes are which tensor, so a load that trusts it must check it too.
 Status check_file_header(const std::string& dir, const ManifestFile& f) {
-  std::string path = checkpoint::join_path(dir, f.name);
+  std::string path = file_path(dir, f.name);
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::from_errno(errno, "cannot open checkpoint file").with_path(path);
   std::string bytes(static_cast<size_t>(f.checksum_bytes), '\0');
@@ -112,6 +119,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
       return Status(StatusCode::kInvalidArgument, "tensor index out of range");
     }
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+    FP_RETURN_IF_ERROR(check_encoding_supported(t));
     if (requests[i].destination == nullptr && t.length > 0) by_file[t.file].push_back(i);
     if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
   }
@@ -178,7 +186,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     req.kind = IoKind::kRead;
     req.buffer = span->buffer->data();
     req.length = end - begin;
-    req.path = checkpoint::join_path(dir_, s.file);
+    req.path = file_path(dir_, s.file);
     req.file_offset = begin;
     FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->start(req));
     for (size_t i : s.requests) {
@@ -210,7 +218,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     auto address = reinterpret_cast<uintptr_t>(requests[i].destination);
     if ((address - t.offset) % kReadAlignment != 0) {
       const ManifestFile* f = manifest_.find_file(t.file);
-      staged.push_back({checkpoint::join_path(dir_, t.file), f->size, t.offset, t.length, requests[i].destination});
+      staged.push_back({file_path(dir_, t.file), f->size, t.offset, t.length, requests[i].destination});
       staged_request.push_back(i);
       continue;
     }
@@ -223,7 +231,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     req.kind = IoKind::kRead;
     req.buffer = requests[i].destination;
     req.length = t.length;
-    req.path = checkpoint::join_path(dir_, t.file);
+    req.path = file_path(dir_, t.file);
     req.file_offset = t.offset;
     auto ticket = engine_->start(req);
     if (!ticket.is_ok()) {
@@ -270,10 +278,11 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
   }
   if (manifest_.checksum_algorithm == kNoChecksum) verify = false;
   const ManifestTensor& t = manifest_.tensors[tensor];
+  FP_RETURN_IF_ERROR(check_encoding_supported(t));
   const ManifestFile* f = manifest_.find_file(t.file);
   if (f == nullptr) return Status(StatusCode::kInternal, "manifest names no file '" + t.file + "'");
   if (verify) FP_RETURN_IF_ERROR(check_file_header(dir_, *f));
-  const std::string path = checkpoint::join_path(dir_, t.file);
+  const std::string path = file_path(dir_, t.file);
 
   // Two slots: the sink works on one while the next piece is read into the other.
   struct Slot {
@@ -344,7 +353,7 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
 Result<std::string> CheckpointReader::read_objects() {
   const ManifestFile* f = manifest_.find_file(checkpoint::kObjectsFileName);
   if (f == nullptr) return std::string();
-  std::string path = checkpoint::join_path(dir_, f->name);
+  std::string path = file_path(dir_, f->name);
   FP_ASSIGN_OR_RETURN(std::string bytes, checkpoint::read_small_file(path, size_t{1} << 31));
   bool checked = manifest_.checksum_algorithm != kNoChecksum;
   uint64_t actual = checked ? xxh3_64(bytes.data(), bytes.size()) : 0;
