@@ -92,7 +92,7 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
   for (const ManifestFile& f : m.files) {
     total_bytes += f.size;
     struct stat st {};
-    std::string path = dir + "/" + f.name;
+    std::string path = manifest_file_path(dir, f);  // a v2 name may refer into another checkpoint
     if (::stat(path.c_str(), &st) != 0) {
       problems.push_back(f.name + " is missing");
       actual_sizes.push_back(-1);
@@ -127,6 +127,7 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     j["fingerprint"] = m.fingerprint;
     j["metadata"] = metadata;
     j["aliases"] = m.aliases;
+    j["world_size"] = m.world_size;
     j["num_tensors"] = m.tensors.size();
     j["tensor_bytes"] = m.tensor_bytes();
     j["total_bytes"] = total_bytes;
@@ -134,23 +135,32 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     j["files"] = nlohmann::ordered_json::array();
     for (size_t i = 0; i < m.files.size(); ++i) {
       const ManifestFile& f = m.files[i];
-      j["files"].push_back({{"name", f.name},
-                            {"role", f.role},
-                            {"size", f.size},
-                            {"present", actual_sizes[i] >= 0},
-                            {"size_ok", actual_sizes[i] == static_cast<int64_t>(f.size)}});
+      nlohmann::ordered_json file = {{"name", f.name},
+                                     {"role", f.role},
+                                     {"size", f.size},
+                                     {"present", actual_sizes[i] >= 0},
+                                     {"size_ok", actual_sizes[i] == static_cast<int64_t>(f.size)}};
+      if (f.rank) file["rank"] = *f.rank;
+      j["files"].push_back(std::move(file));
     }
     j["problems"] = problems;
     if (tensors) {
       j["tensors"] = nlohmann::ordered_json::array();
       for (const ManifestTensor& t : m.tensors) {
-        j["tensors"].push_back({{"name", t.name},
-                                {"dtype", t.dtype},
-                                {"shape", t.shape},
-                                {"bytes", t.length},
-                                {"file", t.file},
-                                {"offset", t.offset},
-                                {"checksum", checksum_to_hex(t.checksum)}});
+        nlohmann::ordered_json tensor = {{"name", t.name},
+                                         {"dtype", t.dtype},
+                                         {"shape", t.shape},
+                                         {"bytes", t.length},
+                                         {"file", t.file},
+                                         {"offset", t.offset},
+                                         {"checksum", checksum_to_hex(t.checksum)},
+                                         {"encoding", t.encoding},
+                                         {"stored_bytes", t.stored_length}};
+        if (!t.global_shape.empty()) {
+          tensor["global_shape"] = t.global_shape;
+          tensor["shard_offsets"] = t.shard_offsets;
+        }
+        j["tensors"].push_back(std::move(tensor));
       }
     }
     std::cout << j.dump(2) << "\n";
@@ -169,6 +179,7 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
   for (const auto& [k, v] : m.versions) versions += (versions.empty() ? "" : ", ") + k + " " + v;
   row("versions", versions.empty() ? "-" : versions);
   row("fingerprint", m.fingerprint);
+  if (m.world_size > 1) row("world", count(m.world_size, "rank", "ranks"));
   row("metadata", metadata.dump());
   row("tensors", count(m.tensors.size(), "tensor", "tensors") + ", " +
                      format_bytes(m.tensor_bytes()) +

@@ -4,6 +4,9 @@
 // It names every file with its size and every tensor with its dtype, shape, file, absolute byte
 // offset, length and checksum, plus the run's metadata. Format: docs/format.md.
 //
+// Versions: encode_manifest writes format 2; decode_manifest reads 1 (what fastpersist 0.1
+// wrote; its v2 fields take their defaults) and 2, and names the version of anything newer.
+//
 // Thread-safety: pure functions over plain values.
 #pragma once
 
@@ -19,11 +22,14 @@
 
 namespace fastpersist {
 
-inline constexpr int kManifestFormatVersion = 1;
+// The version encode_manifest writes, and the oldest one decode_manifest still reads.
+inline constexpr int kManifestFormatVersion = 2;
+inline constexpr int kManifestOldestFormatVersion = 1;
 inline constexpr std::string_view kManifestFormatName = "fastpersist-checkpoint";
 
 // How a tensor's bytes are stored in its file (format v2 `encoding`). Only raw exists today;
-// codecs (compression, deltas) add names here, and readers refuse a name they do not know.
+// codecs (compression, deltas) add names here. A manifest may name any encoding of the form
+// [a-z0-9_-]{1,64}; check_encoding_supported() is where readers refuse one they cannot decode.
 inline constexpr std::string_view kEncodingRaw = "raw";
 
 struct ManifestTensor {
@@ -61,6 +67,7 @@ struct ManifestFile {
 };
 
 struct Manifest {
+  // The version it was decoded from; encode_manifest always writes kManifestFormatVersion.
   int format_version = kManifestFormatVersion;
   std::string tag;
   std::optional<int64_t> step;
@@ -79,6 +86,8 @@ struct Manifest {
   std::vector<ManifestTensor> tensors;
 
   uint64_t tensor_bytes() const;
+  // Linear scans, for one lookup. Code that looks names up in a loop builds a ManifestIndex
+  // (manifest_index.h) once instead, so that 10^5 tensors stay linear.
   std::optional<size_t> find_tensor(std::string_view name) const;
   const ManifestFile* find_file(std::string_view name) const;
 };
@@ -89,17 +98,34 @@ std::string manifest_fingerprint(const std::vector<ManifestTensor>& tensors);
 // JSON with one top-level field, file or tensor per line, ending in a newline.
 std::string encode_manifest(const Manifest& manifest);
 
-// Parses and checks a manifest: known format and version, every field present with the right
-// type, tensor files listed in `files`, offset + length within the file, no duplicate names,
-// aliases pointing at stored tensors. kDataLoss names what is wrong (`path` for messages).
+// Parses and checks a manifest (format 1 or 2): known format and version, every field present
+// with the right type, file names plain or well-formed references, tensor files listed in
+// `files`, offset + stored length within the file, lengths agreeing with dtype and shape, shard
+// blocks inside their global shape, ranks below world_size, no duplicate names, aliases
+// pointing at stored tensors. Linear in the size of the manifest. kDataLoss names the field
+// that is wrong (`path` for messages); a version above kManifestFormatVersion is kDataLoss
+// saying it was written by a newer fastpersist. docs/format.md lists every check.
 Result<Manifest> decode_manifest(std::string_view json, const std::string& path);
 
 // Where `file` of the checkpoint directory `checkpoint_dir` lies: <checkpoint_dir>/<name>, or
 // for a reference "<tag>/<name>", <parent of checkpoint_dir>/<tag>/<name>. The name must have
-// passed decode_manifest's checks (it never leaves the root).
+// passed decode_manifest's checks, so the path stays inside the root as far as names go; the
+// checkpoint layer also refuses symbolic links on a reference's way
+// (checkpoint::resolve_manifest_file).
 std::string manifest_file_path(const std::string& checkpoint_dir, const ManifestFile& file);
 // The tag a reference points into ("" for a file of the checkpoint itself).
 std::string_view referenced_checkpoint(const ManifestFile& file);
+
+// The syntax of a checkpoint tag, shared by the manager (validate_tag) and the manifest's file
+// references: 1-200 characters of [A-Za-z0-9._-], not starting with '.' (the manager's own
+// names: .tmp-*, .trash-*, .lock) and not "latest". kInvalidArgument says why not.
+Status check_tag_syntax(std::string_view tag);
+
+// Whether this fastpersist can turn `tensor`'s stored bytes into its raw bytes. Every reader
+// (load, verify) calls this before it reads a tensor: a manifest may name an encoding that a
+// newer fastpersist wrote. kUnavailable: "tensor 'x': encoding "zstd" is not supported by
+// this fastpersist (it reads: raw)".
+Status check_encoding_supported(const ManifestTensor& tensor);
 
 // Reads `<dir>/manifest.json` and decodes it (kNotFound when absent).
 Result<Manifest> read_manifest(const std::string& dir);

@@ -173,23 +173,6 @@ Result<uint64_t> file_size(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-Status check_manifest_files(const std::string& dir, const Manifest& manifest) {
-  for (const ManifestFile& f : manifest.files) {
-    std::string path = join_path(dir, f.name);
-    auto size = file_size(path);
-    if (!size.is_ok()) {
-      return Status(StatusCode::kDataLoss, "checkpoint file " + f.name + " is missing").with_path(path);
-    }
-    if (*size != f.size) {
-      return Status(StatusCode::kDataLoss, "checkpoint file " + f.name + " is " + std::to_string(*size) +
-                                               " bytes, the manifest says " + std::to_string(f.size) +
-                                               " (truncated or replaced)")
-          .with_path(path);
-    }
-  }
-  return Status::ok();
-}
-
 std::string unique_suffix() {
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 rng{std::random_device{}()};

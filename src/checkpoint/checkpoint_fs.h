@@ -30,9 +30,16 @@ Status remove_tree(const std::string& path);
 Result<std::vector<std::string>> list_dir(const std::string& dir);
 // Size of a regular file (kNotFound when absent, kDataLoss when not a regular file).
 Result<uint64_t> file_size(const std::string& path);
-// Every file `manifest` names exists in `dir` with its recorded size (kDataLoss names the
-// first that does not): the cheap check behind listing and opening a checkpoint.
+// Every file `manifest` names exists with its recorded size (kDataLoss names the first that
+// does not), references into other checkpoints included: the cheap check behind listing and
+// opening a checkpoint. Linear in the number of files. (manifest_files.cc)
 Status check_manifest_files(const std::string& dir, const Manifest& manifest);
+// The path of `file` of the checkpoint in `dir` (manifest_file_path), after the checks that a
+// reference "<tag>/<name>" needs: <root>/<tag> is a directory, not a symbolic link, holding a
+// manifest.json, and <root>/<tag>/<name> is not a symbolic link, so that a reference never
+// leads out of the root. kDataLoss says what is wrong; whether the file exists and has its
+// size is the caller's check. (manifest_files.cc)
+Result<std::string> resolve_manifest_file(const std::string& dir, const ManifestFile& file);
 // A short string unique within this machine for temporary names: "<pid>-<counter>-<random>".
 std::string unique_suffix();
 

@@ -86,10 +86,9 @@ CheckpointReader::CheckpointReader(std::string dir, Manifest manifest, std::shar
 }
 
 Status CheckpointReader::check_encoding(const ManifestTensor& t) const {
-  if (t.encoding == kEncodingRaw) return Status::ok();
-  return Status(StatusCode::kUnavailable, "tensor '" + t.name + "' in " + t.file + " is stored with encoding '" +
-                                              t.encoding + "', which this fastpersist cannot decode")
-      .with_path(path_of(t));
+  Status st = check_encoding_supported(t);
+  if (st.is_ok()) return st;
+  return std::move(st).with_path(path_of(t));
 }
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& dir,

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // verify_checkpoint: every byte of every file of a checkpoint checked against the manifest,
-// streaming (memory stays at two read windows whatever the checkpoint's size).
+// streaming (memory stays at two read windows whatever the checkpoint's size). Linear in the
+// number of tensors: each file's tensors come from one ManifestIndex, its header's by a hash
+// map, and the checksum ranges of a file are walked once in offset order.
 #include <algorithm>
-#include <map>
+#include <span>
+#include <string_view>
+#include <unordered_map>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/file_stream.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"
+#include "fastpersist/manifest_index.h"
 #include "fastpersist/safetensors.h"
 
 namespace fastpersist {
@@ -21,7 +26,7 @@ std::string describe(const Status& st) {
 
 // Header of a data file against the manifest's view of the same tensors.
 void check_header(const std::string& path, const ManifestFile& f, const Manifest& m,
-                  std::vector<std::string>& problems) {
+                  std::span<const size_t> tensors, std::vector<std::string>& problems) {
   auto header = read_safetensors_header(path);
   if (!header.is_ok()) {
     problems.push_back(f.name + ": safetensors header unreadable: " + describe(header.status()));
@@ -31,16 +36,20 @@ void check_header(const std::string& path, const ManifestFile& f, const Manifest
     problems.push_back(f.name + ": header is " + std::to_string(header->data_start) +
                        " bytes, the manifest says " + std::to_string(f.checksum_bytes));
   }
-  for (const ManifestTensor& t : m.tensors) {
-    if (t.file != f.name) continue;
-    auto k = header->find(t.name);
-    if (!k) {
+  std::unordered_map<std::string_view, size_t> by_name;
+  by_name.reserve(header->tensors.size());
+  for (size_t k = 0; k < header->tensors.size(); ++k) by_name.emplace(header->tensors[k].name, k);
+  for (size_t i : tensors) {
+    const ManifestTensor& t = m.tensors[i];
+    if (!check_encoding_supported(t).is_ok()) continue;  // reported once, by the caller
+    auto k = by_name.find(t.name);
+    if (k == by_name.end()) {
       problems.push_back("tensor '" + t.name + "': missing from the header of " + f.name);
       continue;
     }
-    const SafetensorsTensor& h = header->tensors[*k];
+    const SafetensorsTensor& h = header->tensors[k->second];
     if (h.dtype != t.dtype || h.shape != t.shape || header->data_start + h.begin != t.offset ||
-        h.nbytes() != t.length) {
+        h.nbytes() != t.stored_length) {
       problems.push_back("tensor '" + t.name + "': the header of " + f.name +
                          " disagrees with the manifest (dtype, shape or offsets)");
     }
@@ -49,20 +58,25 @@ void check_header(const std::string& path, const ManifestFile& f, const Manifest
 
 // Streams one file, checksumming its leading bytes and each tensor's range.
 Status check_data(const std::string& path, const ManifestFile& f, const Manifest& m,
-                  IoEngine& engine, uint64_t* checked,
+                  std::span<const size_t> tensors, IoEngine& engine, uint64_t* checked,
                   const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total,
                   std::vector<std::string>& problems) {
   struct Range {
     uint64_t begin, end, expected;
-    std::string what;
+    size_t tensor;  // index into m.tensors, or SIZE_MAX for the file's leading bytes
   };
+  constexpr size_t kLeadingBytes = SIZE_MAX;
   std::vector<Range> ranges;
-  ranges.push_back({0, f.checksum_bytes, f.checksum,
-                    f.role == "objects" ? f.name : "header of " + f.name});
-  for (const ManifestTensor& t : m.tensors) {
-    if (t.file == f.name) ranges.push_back({t.offset, t.offset + t.length, t.checksum, "tensor '" + t.name + "'"});
+  ranges.reserve(tensors.size() + 1);
+  ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes});
+  for (size_t i : tensors) {
+    const ManifestTensor& t = m.tensors[i];
+    // The checksum is of the raw bytes; only a supported encoding can give them back.
+    if (!check_encoding_supported(t).is_ok()) continue;
+    ranges.push_back({t.offset, t.offset + t.stored_length, t.checksum, i});
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
   std::vector<Xxh3Stream> streams(ranges.size());
   size_t first_open = 0;
   auto consume = [&](uint64_t off, const std::byte* data, size_t n) {
@@ -79,12 +93,14 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
   FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, engine, consume));
   for (size_t r = 0; r < ranges.size(); ++r) {
     uint64_t actual = streams[r].digest();
-    if (actual != ranges[r].expected) {
-      problems.push_back(ranges[r].what + " in " + f.name + " (offset " + std::to_string(ranges[r].begin) +
-                         ", length " + std::to_string(ranges[r].end - ranges[r].begin) +
-                         ") fails its checksum: manifest " + checksum_to_hex(ranges[r].expected) +
-                         ", data " + checksum_to_hex(actual));
-    }
+    if (actual == ranges[r].expected) continue;
+    std::string what = ranges[r].tensor != kLeadingBytes ? "tensor '" + m.tensors[ranges[r].tensor].name + "'"
+                       : f.role == "objects"             ? f.name
+                                                         : "header of " + f.name;
+    problems.push_back(what + " in " + f.name + " (offset " + std::to_string(ranges[r].begin) +
+                       ", length " + std::to_string(ranges[r].end - ranges[r].begin) +
+                       ") fails its checksum: manifest " + checksum_to_hex(ranges[r].expected) +
+                       ", data " + checksum_to_hex(actual));
   }
   return Status::ok();
 }
@@ -110,11 +126,21 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
     return report;
   }
   const Manifest& m = *manifest;
+  const ManifestIndex index(m);
   report.has_checksums = m.checksum_algorithm != kNoChecksum;
+  for (const ManifestTensor& t : m.tensors) {
+    if (Status st = check_encoding_supported(t); !st.is_ok()) report.problems.push_back(st.message());
+  }
   uint64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.size;
-  for (const ManifestFile& f : m.files) {
-    std::string path = checkpoint::join_path(dir, f.name);
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const ManifestFile& f = m.files[i];
+    auto resolved = checkpoint::resolve_manifest_file(dir, f);
+    if (!resolved.is_ok()) {
+      report.problems.push_back(f.name + ": " + describe(resolved.status()));
+      continue;
+    }
+    const std::string& path = *resolved;
     auto size = checkpoint::file_size(path);
     if (!size.is_ok()) {
       report.problems.push_back(f.name + ": missing (" + describe(size.status()) + ")");
@@ -125,9 +151,10 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
                                 std::to_string(f.size) + " (truncated or replaced)");
       continue;
     }
-    if (f.role == "tensors") check_header(path, f, m, report.problems);
+    if (f.role == "tensors") check_header(path, f, m, index.tensors_in(i), report.problems);
     if (!report.has_checksums) continue;
-    Status st = check_data(path, f, m, engine, &report.bytes_checked, progress, total, report.problems);
+    Status st = check_data(path, f, m, index.tensors_in(i), engine, &report.bytes_checked,
+                           progress, total, report.problems);
     if (!st.is_ok()) report.problems.push_back(f.name + ": cannot be read: " + st.to_string());
   }
   return report;

@@ -14,38 +14,58 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "fastpersist/status.h"
 
 namespace fastpersist::format_internal {
 
-// Parses `text` as JSON. nullopt, with the reason in `why`, on a syntax error (including bad
-// UTF-8) or a key that appears twice in one object: nlohmann silently keeps the last of a
-// repeated key, so two readers of one damaged file could disagree on what it holds.
-// JsonT is nlohmann::json (keys sorted, fast for big objects) or nlohmann::ordered_json.
+// nlohmann's DOM builder, also noting the first key that appears twice in one object.
+// A SAX handler rather than a parser callback: with a callback, nlohmann scans the enclosing
+// object or array for a discarded value after every object it closes, which made parsing
+// quadratic in the number of sibling objects (a safetensors header of 30,000 tensors took more
+// than a minute to parse).
+template <typename JsonT>
+class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<JsonT> {
+  using Base = nlohmann::detail::json_sax_dom_parser<JsonT>;
+
+ public:
+  explicit StrictDomParser(JsonT& result) : Base(result, /*allow_exceptions_=*/true) {}
+
+  bool start_object(std::size_t elements) {
+    open_objects_.emplace_back();
+    return Base::start_object(elements);
+  }
+  bool key(typename JsonT::string_t& name) {
+    if (!open_objects_.back().insert(name).second && repeated_.empty()) repeated_ = name;
+    return Base::key(name);
+  }
+  bool end_object() {
+    open_objects_.pop_back();
+    return Base::end_object();
+  }
+  const std::string& repeated() const { return repeated_; }
+
+ private:
+  std::vector<std::unordered_set<std::string>> open_objects_;
+  std::string repeated_;
+};
+
+// Parses `text` as JSON, in time linear in its size. nullopt, with the reason in `why`, on a
+// syntax error (including bad UTF-8) or a key that appears twice in one object: nlohmann
+// silently keeps the last of a repeated key, so two readers of one damaged file could disagree
+// on what it holds. JsonT is nlohmann::json (keys sorted, fast for big objects) or
+// nlohmann::ordered_json.
 template <typename JsonT>
 std::optional<JsonT> parse_json_strict(std::string_view text, std::string* why) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string repeated;
-  typename JsonT::parser_callback_t track_keys =
-      [&](int /*depth*/, typename JsonT::parse_event_t event, JsonT& parsed) {
-        using Event = typename JsonT::parse_event_t;
-        if (event == Event::object_start) {
-          open_objects.emplace_back();
-        } else if (event == Event::object_end) {
-          if (!open_objects.empty()) open_objects.pop_back();
-        } else if (event == Event::key && !open_objects.empty() && parsed.is_string()) {
-          const auto& key = parsed.template get_ref<const std::string&>();
-          if (!open_objects.back().insert(key).second && repeated.empty()) repeated = key;
-        }
-        return true;
-      };
   // Exceptions stay inside this function; nlohmann's parse_error message says where it failed.
   try {
-    JsonT value = JsonT::parse(text.begin(), text.end(), track_keys);
-    if (!repeated.empty()) {
-      *why = "key \"" + printable(repeated) + "\" appears twice in one object";
+    JsonT value;
+    StrictDomParser<JsonT> handler(value);
+    JsonT::sax_parse(text.begin(), text.end(), &handler);
+    if (!handler.repeated().empty()) {
+      *why = "key \"" + printable(handler.repeated()) + "\" appears twice in one object";
       return std::nullopt;
     }
     return value;

@@ -302,7 +302,7 @@ def _delete(path: List[Any]) -> Callable[[Dict[str, Any]], None]:
 
 # (edit, words the report must contain)
 WRONG_FIELDS: Dict[str, Tuple[Callable[[Dict[str, Any]], None], str]] = {
-    "newer_format_version": (_set(["format_version"], 2), "format_version"),
+    "newer_format_version": (_set(["format_version"], 3), "newer fastpersist (format version 3)"),
     "wrong_format": (_set(["format"], "something-else"), "'format'"),
     "checksum_algorithm": (_set(["checksum_algorithm"], "md5"), "checksum_algorithm"),
     "sequence_not_int": (_set(["sequence"], "seven"), "sequence"),

@@ -167,7 +167,7 @@ def test_inspect_checkpoint_text(root):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for text in ("step-00000200", "200", m["fingerprint"], '"run":"cli-test"', "3 tensors",
-                 "fastpersist-checkpoint v1", "xxh3-64", "torch " + torch.__version__,
+                 "fastpersist-checkpoint v2", "xxh3-64", "torch " + torch.__version__,
                  "objects.pkl", "tensors-00000-of-00001.safetensors"):
         assert text in out, (text, out)
     assert "model.embed.weight" not in out  # tensors only with --tensors

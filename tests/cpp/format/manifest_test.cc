@@ -49,6 +49,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.fingerprint, b.fingerprint);
   EXPECT_EQ(a.metadata_json, b.metadata_json);
   EXPECT_EQ(a.aliases, b.aliases);
+  EXPECT_EQ(a.world_size, b.world_size);
   ASSERT_EQ(a.files.size(), b.files.size());
   for (size_t i = 0; i < a.files.size(); ++i) {
     EXPECT_EQ(a.files[i].name, b.files[i].name);
@@ -56,6 +57,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
     EXPECT_EQ(a.files[i].size, b.files[i].size);
     EXPECT_EQ(a.files[i].checksum, b.files[i].checksum);
     EXPECT_EQ(a.files[i].checksum_bytes, b.files[i].checksum_bytes);
+    EXPECT_EQ(a.files[i].rank, b.files[i].rank);
   }
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
   for (size_t i = 0; i < a.tensors.size(); ++i) {
@@ -66,6 +68,10 @@ void expect_equal(const Manifest& a, const Manifest& b) {
     EXPECT_EQ(a.tensors[i].offset, b.tensors[i].offset);
     EXPECT_EQ(a.tensors[i].length, b.tensors[i].length);
     EXPECT_EQ(a.tensors[i].checksum, b.tensors[i].checksum);
+    EXPECT_EQ(a.tensors[i].encoding, b.tensors[i].encoding);
+    EXPECT_EQ(a.tensors[i].stored_length, b.tensors[i].stored_length);
+    EXPECT_EQ(a.tensors[i].global_shape, b.tensors[i].global_shape);
+    EXPECT_EQ(a.tensors[i].shard_offsets, b.tensors[i].shard_offsets);
   }
 }
 
@@ -122,7 +128,8 @@ TEST(ManifestTest, EncodingIsOneEntryPerLine) {
   EXPECT_EQ(json.substr(0, 2), "{\n");
   EXPECT_EQ(json.back(), '\n');
   EXPECT_NE(json.find("\n  \"format\": \"fastpersist-checkpoint\",\n"), std::string::npos);
-  EXPECT_NE(json.find("\n  \"format_version\": 1,\n"), std::string::npos);
+  EXPECT_NE(json.find("\n  \"format_version\": 2,\n"), std::string::npos);
+  EXPECT_NE(json.find("\n  \"world_size\": 1,\n"), std::string::npos);
   EXPECT_NE(json.find("\n  \"step\": 12,\n"), std::string::npos);
   EXPECT_NE(json.find("\n  \"checksum_algorithm\": \"xxh3-64\",\n"), std::string::npos);
   EXPECT_NE(json.find(R"("checksum":"0123456789abcdef")"), std::string::npos);
@@ -148,7 +155,7 @@ TEST(ManifestTest, GoldenEncoding) {
   m.fingerprint = manifest_fingerprint(m.tensors);
   const std::string expected = R"({
   "format": "fastpersist-checkpoint",
-  "format_version": 1,
+  "format_version": 2,
   "tag": "t",
   "step": 1,
   "sequence": 2,
@@ -158,6 +165,7 @@ TEST(ManifestTest, GoldenEncoding) {
   "fingerprint": "f12a4ab39c5dfe8f",
   "metadata": {"b":1,"a":[true]},
   "aliases": {"tied":"w"},
+  "world_size": 1,
   "files": [
     {"name":"tensors-00000-of-00001.safetensors","role":"tensors","size":4104,)"
                                R"("checksum":"00000000000000ab","checksum_bytes":4096},
@@ -166,7 +174,8 @@ TEST(ManifestTest, GoldenEncoding) {
   ],
   "tensors": [
     {"name":"w","dtype":"F32","shape":[2],"file":"tensors-00000-of-00001.safetensors",)"
-                               R"("offset":4096,"length":8,"checksum":"0000000000000001"}
+                               R"("offset":4096,"length":8,"checksum":"0000000000000001",)"
+                               R"("encoding":"raw","stored_length":8}
   ]
 }
 )";
@@ -221,9 +230,10 @@ TEST(ManifestTest, RejectsStructuralDamage) {
                   "appears twice");
   expect_rejected(edited("  \"sequence\": 3,\n", ""), "'sequence' is missing");
   expect_rejected(edited("\"fastpersist-checkpoint\"", "\"something-else\""), "'format'");
-  expect_rejected(edited("\"format_version\": 1", "\"format_version\": 2"), "newer fastpersist");
-  expect_rejected(edited("\"format_version\": 1", "\"format_version\": 0"), "'format_version'");
-  expect_rejected(edited("\"format_version\": 1", "\"format_version\": \"1\""), "'format_version'");
+  expect_rejected(edited("\"format_version\": 2", "\"format_version\": 3"), "newer fastpersist");
+  expect_rejected(edited("\"format_version\": 2", "\"format_version\": 0"), "'format_version'");
+  expect_rejected(edited("\"format_version\": 2", "\"format_version\": -1"), "'format_version'");
+  expect_rejected(edited("\"format_version\": 2", "\"format_version\": \"2\""), "'format_version'");
   expect_rejected(edited("\"step\": 12", "\"step\": \"12\""), "'step'");
   expect_rejected(edited("\"step\": 12", "\"step\": 1.5"), "'step'");
   expect_rejected(edited("\"sequence\": 3", "\"sequence\": -3"), "'sequence'");
@@ -242,7 +252,6 @@ TEST(ManifestTest, RejectsStructuralDamage) {
 }
 
 TEST(ManifestTest, RejectsBadValues) {
-  expect_rejected([](Manifest& m) { m.format_version = 2; }, "newer fastpersist");
   expect_rejected([](Manifest& m) { m.tag = ""; }, "'tag'");
   expect_rejected([](Manifest& m) { m.checksum_algorithm = "md5"; }, "'checksum_algorithm'");
   expect_rejected([](Manifest& m) { m.files[1].name = "../objects.pkl"; }, "'files[1].name'");
@@ -257,8 +266,9 @@ TEST(ManifestTest, RejectsBadValues) {
                   "'tensors[1].file'");
   expect_rejected([](Manifest& m) { m.tensors[1].file = "objects.pkl"; }, "'tensors[1].file'");
   expect_rejected([](Manifest& m) { m.tensors[2].offset = m.files[0].size - 4; },
-                  "'tensors[2].length'");
-  expect_rejected([](Manifest& m) { m.tensors[2].offset = UINT64_MAX - 2; }, "'tensors[2].length'");
+                  "'tensors[2].stored_length'");
+  expect_rejected([](Manifest& m) { m.tensors[2].offset = UINT64_MAX - 2; },
+                  "'tensors[2].stored_length'");
   expect_rejected([](Manifest& m) { m.tensors[1].length = 24; }, "'tensors[1].length'");
   expect_rejected([](Manifest& m) { m.tensors[1].shape = {UINT64_MAX, 2}; }, "'tensors[1].length'");
   expect_rejected([](Manifest& m) { m.tensors[1].dtype = "F128"; }, "'tensors[1].dtype'");
