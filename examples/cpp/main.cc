@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
     }
     loaded.emplace_back(t.values.size());
     requests.push_back({.tensor = index,
-                        .destination = reinterpret_cast<std::byte*>(loaded.back().data())});
+                        .destination = reinterpret_cast<std::byte*>(loaded.back().data()),
+                        .capacity = loaded.back().size() * sizeof(float)});
   }
   auto read = (*reader)->read(requests, /*verify=*/true);
   if (!read.is_ok()) return fail("read", read.status());
