@@ -22,3 +22,22 @@ _core\.CheckpointManager\.prune$:
 # PinnedBuffer exports the buffer protocol (numpy.frombuffer, memoryview, torch.frombuffer).
 _core\.PinnedBuffer\.__suffix__$:
     def __buffer__(self, flags: int, /) -> memoryview: ...
+
+# `layout` is a submodule; stubgen writes `from _core import layout`, which mypy cannot resolve
+# inside the package. Its names, as a namespace class (what the façade reads from it).
+^_core\.layout$:
+    \import typing
+    class layout:
+        """The on-disk names of a checkpoint root (include/fastpersist/layout.h)."""
+        DATA_FILE_PREFIX: typing.ClassVar[str]
+        DATA_FILE_SUFFIX: typing.ClassVar[str]
+        LATEST_FILE_NAME: typing.ClassVar[str]
+        LOCK_FILE_NAME: typing.ClassVar[str]
+        MANIFEST_FILE_NAME: typing.ClassVar[str]
+        OBJECTS_FILE_NAME: typing.ClassVar[str]
+        TEMP_DIR_PREFIX: typing.ClassVar[str]
+        TRASH_DIR_PREFIX: typing.ClassVar[str]
+        @staticmethod
+        def data_file_name(index: int, count: int, rank: int | None = None) -> str: ...
+        @staticmethod
+        def is_data_file_name(name: str) -> bool: ...

@@ -399,7 +399,8 @@ class AioHandle:
         buffer = lendable(buffer)
         offset = _check_offset(file_offset)
         h = self._h
-        fn: Callable[..., int]  # one of the handle's calls, whose signatures differ
+        fn: Callable[..., object]  # one of the handle's calls, whose signatures differ
+        pin: object  # what keeps the buffer alive until wait()
         if isinstance(target, int):
             _check_fd_request(validate, truncate)
             fn = h.async_pwrite_fd if is_write else h.async_pread_fd
@@ -429,7 +430,8 @@ class AioHandle:
             self._async(is_write, buffer, target, offset, False, False)
             return self.wait()
         # A sync call drains the handle like wait(), so it counts as a drain (_keepalive.py).
-        fn: Callable[..., int]  # one of the handle's calls, whose signatures differ
+        fn: Callable[..., object]  # one of the handle's calls, whose signatures differ
+        pin: object  # what keeps the buffer alive until wait()
         with self._keepalive.drain(collects_pending=False):
             if validate:
                 if is_write:

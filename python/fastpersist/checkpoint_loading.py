@@ -38,7 +38,7 @@ def _destination(name: str, t: torch.Tensor) -> Tuple[str, int, int, str, List[i
     shape = list(t.shape)
     if t.device.type != "cpu":
         return (name, 0, 0, _dtype_name(t.dtype), shape, [])
-    capacity = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    capacity = int(t.untyped_storage().nbytes() - t.storage_offset() * t.element_size())
     return (name, t.data_ptr(), max(capacity, 0), _dtype_name(t.dtype), shape, list(t.stride()))
 
 

@@ -28,6 +28,9 @@ PYTHON_NAMES = {"staging_budget_bytes": "staging_budget",
                 "parallel_set_min_age_seconds": "parallel_min_age"}
 # Modules whose parameters are per-call behaviour rather than settings of an options struct.
 NOT_YET = {"fastpersist.checkpoint_loading"}
+# Parameters named like a C++ setting that no C++ object reads: PyFileWriter is the plain-Python
+# baseline (`open(path, "wb")`, like torch.save), whose durable=False is what it compares with.
+NOT_CPP = {"PyFileWriter.__init__(durable=False)"}
 
 
 def settings_of(obj: object) -> List[str]:
@@ -85,7 +88,7 @@ def test_no_python_module_writes_a_cpp_default_again():
             if cls.__module__ == module.__name__:
                 for _, fn in inspect.getmembers(cls, inspect.isfunction):
                     offenders += bad_defaults(fn, names)
-    assert offenders == []
+    assert [o for o in offenders if o not in NOT_CPP] == []
 
 
 def bad_defaults(fn: object, names: Dict[str, str]) -> List[str]:
