@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -16,6 +15,7 @@
 
 #include "common/align.h"
 #include "common/unique_fd.h"
+#include "fastpersist/dtype.h"
 #include "format/format_internal.h"
 
 namespace fastpersist {
@@ -23,33 +23,6 @@ namespace {
 
 using Json = nlohmann::json;  // keys sorted: parsing a header with many tensors stays n log n
 using format_internal::tensor_nbytes;
-
-struct DtypeInfo {
-  std::string_view name;
-  size_t bytes;
-};
-
-// Every whole-byte dtype the format defines (safetensors 0.6). The sub-byte F4/F6 types are left
-// out: no tensor we save has them, and their byte sizes are not product(shape) * size.
-constexpr std::array<DtypeInfo, 17> kDtypes = {{
-    {"BOOL", 1},
-    {"U8", 1},
-    {"I8", 1},
-    {"F8_E5M2", 1},
-    {"F8_E4M3", 1},
-    {"F8_E8M0", 1},
-    {"I16", 2},
-    {"U16", 2},
-    {"F16", 2},
-    {"BF16", 2},
-    {"I32", 4},
-    {"U32", 4},
-    {"F32", 4},
-    {"C64", 8},
-    {"F64", 8},
-    {"I64", 8},
-    {"U64", 8},
-}};
 
 Status damaged(const std::string& problem, const std::string& path) {
   return Status(StatusCode::kDataLoss, "bad safetensors header: " + problem).with_path(path);
@@ -146,11 +119,12 @@ Status check_layout(const std::vector<SafetensorsTensor>& tensors, uint64_t data
 
 }  // namespace
 
+// The one dtype table (fastpersist/dtype.h): every whole-byte dtype safetensors defines. The
+// sub-byte F4/F6 types are left out: their byte sizes are not product(shape) * size.
 std::optional<size_t> safetensors_dtype_size(std::string_view dtype) {
-  for (const DtypeInfo& info : kDtypes) {
-    if (info.name == dtype) return info.bytes;
-  }
-  return std::nullopt;
+  const DtypeInfo* info = find_dtype(dtype);
+  if (info == nullptr) return std::nullopt;
+  return info->size;
 }
 
 std::optional<size_t> SafetensorsHeader::find(std::string_view name) const {
