@@ -30,6 +30,7 @@ _core\.PinnedBuffer\.__suffix__$:
     class layout:
         """The on-disk names of a checkpoint root (include/fastpersist/layout.h)."""
         DATA_FILE_PREFIX: typing.ClassVar[str]
+        DCP_METADATA_FILE_NAME: typing.ClassVar[str]
         DATA_FILE_SUFFIX: typing.ClassVar[str]
         LATEST_FILE_NAME: typing.ClassVar[str]
         LOCK_FILE_NAME: typing.ClassVar[str]
@@ -41,3 +42,5 @@ _core\.PinnedBuffer\.__suffix__$:
         def data_file_name(index: int, count: int, rank: int | None = None) -> str: ...
         @staticmethod
         def is_data_file_name(name: str) -> bool: ...
+        @staticmethod
+        def dcp_objects_file_name(rank: int) -> str: ...

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/options.h"
@@ -131,8 +132,15 @@ class CheckpointManager {
   Status wait_all();
   // Waits for pending snapshots only (what an optimizer hook waits for).
   Status wait_snapshots();
-  // Waits for everything, then releases the lock. Idempotent; later saves fail.
+  // Waits for everything, then releases the lock. Idempotent; later saves fail. A
+  // CheckpointCommit still open then can only abort.
   Status close();
+
+  // Begins a checkpoint that other writers fill (the ranks of a distributed job) and this
+  // manager commits (checkpoint_commit.h): creates its temporary directory under the root.
+  // kInvalidArgument for a bad tag or a closed manager; kAlreadyExists when the tag is committed
+  // or being saved. The tag counts as being saved until the commit or abort.
+  Result<std::unique_ptr<CheckpointCommit>> begin_commit(const std::string& tag);
 
   const std::string& root() const;
   // The options in force: as given, except staging_window_bytes, which a smaller nonzero

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -123,6 +124,10 @@ class CheckpointReader {
 
   // The whole objects sidecar (empty when the checkpoint has none), checksum-checked.
   Result<std::string> read_objects();
+  // The whole file `name` of role "objects" (objects.pkl, a distributed checkpoint's sidecars),
+  // checksum-checked: kNotFound when the manifest lists no such file, kDataLoss when its bytes
+  // are not the recorded ones.
+  Result<std::string> read_file(std::string_view name);
 
  private:
   CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine);

@@ -13,6 +13,8 @@
 //   <root>/<tag>/objects.pkl                   the pickled non-tensor state
 //   <root>/<tag>/tensors-00000-of-00002.safetensors          data files of a single process
 //   <root>/<tag>/tensors-r00003-00000-of-00002.safetensors   data files of rank 3
+//   <root>/<tag>/dcp-objects-r00003.bin        rank 3's non-tensor items (torch.distributed.checkpoint)
+//   <root>/<tag>/dcp-metadata.pt               the planner's metadata of a distributed checkpoint
 //
 // Names are never renamed: checkpoints written by every earlier version keep these names.
 //
@@ -34,6 +36,12 @@ inline constexpr std::string_view kDataFilePrefix = "tensors-";
 inline constexpr std::string_view kDataFileSuffix = ".safetensors";
 // The prefix of a rank's number in a data file name (tensors-r00003-...).
 inline constexpr std::string_view kDataFileRankMarker = "r";
+
+// A distributed checkpoint written through torch.distributed.checkpoint (fastpersist.dcp): DCP's
+// Metadata (torch.save, read back with weights_only), and each rank's serialized non-tensor items.
+inline constexpr std::string_view kDcpMetadataFileName = "dcp-metadata.pt";
+inline constexpr std::string_view kDcpObjectsFilePrefix = "dcp-objects-";
+inline constexpr std::string_view kDcpObjectsFileSuffix = ".bin";
 
 // A checkpoint root.
 inline constexpr std::string_view kLatestFileName = "latest";
@@ -60,6 +68,8 @@ inline constexpr std::string_view kRecordReplaceSuffix = ".new";
 // are written in full).
 std::string data_file_name(size_t index, size_t count, std::optional<uint32_t> rank = std::nullopt);
 
+// The file of rank `rank`'s non-tensor items: "dcp-objects-r00003.bin".
+std::string dcp_objects_file_name(uint32_t rank);
 // Whether `name` is a data file name (of any rank): "tensors-" ... ".safetensors".
 bool is_data_file_name(std::string_view name);
 

@@ -28,6 +28,7 @@ void bind_buffers(nb::module_& m);
 void bind_aio_handle(nb::module_& m);
 void bind_writer(nb::module_& m);
 void bind_checkpoint(nb::module_& m);
+void bind_commit(nb::module_& m);
 void bind_progress(nb::module_& m);
 void bind_paths(nb::module_& m);
 void bind_layout(nb::module_& m);

@@ -9,6 +9,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -22,21 +23,17 @@
 
 #include "bindings.h"
 #include "checked_buffer.h"
+#include "tensor_tuple.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/safetensors.h"
 
 namespace fastpersist::python {
-namespace {
 
-// (name, dtype, shape, tensor) as the façade sends it. The tensor is the object itself (a torch
-// tensor through DLPack, or any buffer-protocol object): its address, byte length and device
-// are read from it here, so the manifest's shape x dtype size is checked against the memory that
-// is really there, not against numbers the caller computed.
-using TensorTuple = std::tuple<std::string, std::string, std::vector<uint64_t>, nb::handle>;
-
-// The snapshot source of one tensor. ValueError when the memory does not hold exactly
-// shape x dtype size bytes of elements of the dtype's size.
+// The tensor is the object itself (a torch tensor through DLPack, or any buffer-protocol object):
+// its address, byte length and device are read from it here, so the manifest's shape x dtype
+// size is checked against the memory that is really there, not against numbers the caller
+// computed.
 TensorSource tensor_source(const TensorTuple& tuple) {
   const auto& [name, dtype, shape, object] = tuple;
   const std::string what = "tensor '" + name + "'";
@@ -61,6 +58,8 @@ TensorSource tensor_source(const TensorTuple& tuple) {
   }
   return {name, dtype, shape, b.data, b.nbytes, b.device};
 }
+namespace {
+
 // (name, address, capacity_bytes, dtype, shape, strides) of a load destination.
 using DestinationTuple = std::tuple<std::string, uintptr_t, uint64_t, std::string, std::vector<uint64_t>,
                                     std::vector<int64_t>>;
@@ -201,6 +200,11 @@ class PyCheckpointReader {
     return nb::bytes(bytes.data(), bytes.size());
   }
 
+  nb::bytes read_file(const std::string& name) {
+    std::string bytes = unwrap(without_gil([&] { return reader_->read_file(name); }));
+    return nb::bytes(bytes.data(), bytes.size());
+  }
+
   const Manifest& manifest() const { return reader_->manifest(); }
   const std::string& dir() const { return reader_->dir(); }
 
@@ -251,6 +255,13 @@ void bind_checkpoint(nb::module_& m) {
       .def("wait_snapshots",
            [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_snapshots(); })); })
       .def("close", &PyCheckpointManager::close)
+      .def(
+          "begin_commit",
+          [](PyCheckpointManager& s, const std::string& tag) {
+            return unwrap(without_gil([&] { return s.get().begin_commit(tag); }));
+          },
+          "tag"_a, nb::keep_alive<0, 1>(),
+          "Begins a checkpoint that other writers fill (its temporary directory) and this manager commits.")
       .def_prop_ro("closed", &PyCheckpointManager::closed)
       .def_prop_ro("staging_bytes", [](PyCheckpointManager& s) { return s.get().staging_bytes(); })
       .def("list", [](PyCheckpointManager& s) { return info_list(unwrap(s.get().list())); })
@@ -272,6 +283,8 @@ void bind_checkpoint(nb::module_& m) {
       .def("load", &PyCheckpointReader::load, "names"_a.none(), "destinations"_a, "into"_a, "dtype"_a,
            "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none())
       .def("read_objects", &PyCheckpointReader::read_objects)
+      .def("read_file", &PyCheckpointReader::read_file, "name"_a,
+           "The whole objects-role file `name`, checksum-checked (KeyError-like NotFound when not listed).")
       .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)
       .def_prop_ro("dir", &PyCheckpointReader::dir);
 

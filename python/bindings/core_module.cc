@@ -16,6 +16,7 @@ NB_MODULE(_core, m) {
   fp::bind_aio_handle(m);
   fp::bind_writer(m);
   fp::bind_manifest(m);
+  fp::bind_commit(m);
   fp::bind_checkpoint(m);
   fp::bind_progress(m);
   fp::bind_paths(m);

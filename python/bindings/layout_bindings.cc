@@ -28,6 +28,7 @@ void bind_layout(nb::module_& m) {
   name("LOCK_FILE_NAME", kLockFileName);
   name("TEMP_DIR_PREFIX", kTempDirPrefix);
   name("TRASH_DIR_PREFIX", kTrashDirPrefix);
+  name("DCP_METADATA_FILE_NAME", kDcpMetadataFileName);
   layout.def(
       "data_file_name",
       [](size_t index, size_t count, std::optional<uint32_t> rank) {
@@ -35,6 +36,9 @@ void bind_layout(nb::module_& m) {
       },
       "index"_a, "count"_a, "rank"_a = nb::none(),
       "The data file `index` of `count` (with a rank: tensors-r<rank>-...).");
+  layout.def(
+      "dcp_objects_file_name", [](uint32_t rank) { return dcp_objects_file_name(rank); }, "rank"_a,
+      "The file of a rank's non-tensor items in a distributed checkpoint (dcp-objects-r<rank>.bin).");
   layout.def(
       "is_data_file_name", [](std::string_view n) { return is_data_file_name(n); }, "name"_a,
       "Whether `name` is a data file name of any rank.");

@@ -6,9 +6,11 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bindings.h"
@@ -17,10 +19,19 @@
 
 namespace fastpersist::python {
 
+namespace {
+
+// What a record pickles to (records travel between the ranks of a distributed save).
+using TensorState = std::tuple<std::string, std::string, std::vector<uint64_t>, std::string, uint64_t, uint64_t,
+                               uint64_t, std::string, uint64_t, std::vector<uint64_t>, std::vector<uint64_t>>;
+using FileState = std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t, std::optional<uint32_t>>;
+
+}  // namespace
+
 void bind_manifest(nb::module_& m) {
   using namespace nb::literals;
 
-  nb::class_<ManifestTensor>(m, "ManifestTensor", "One stored tensor of a checkpoint (read-only).")
+  nb::class_<ManifestTensor>(m, "ManifestTensor", "One stored tensor of a checkpoint (read-only; pickles).")
       .def_ro("name", &ManifestTensor::name)
       .def_ro("dtype", &ManifestTensor::dtype, "safetensors dtype name")
       .def_ro("shape", &ManifestTensor::shape)
@@ -32,11 +43,33 @@ void bind_manifest(nb::module_& m) {
       .def_ro("stored_length", &ManifestTensor::stored_length)
       .def_ro("global_shape", &ManifestTensor::global_shape)
       .def_ro("shard_offsets", &ManifestTensor::shard_offsets)
+      .def(
+          "with_block",
+          [](const ManifestTensor& t, std::vector<uint64_t> global_shape, std::vector<uint64_t> shard_offsets) {
+            ManifestTensor out = t;
+            out.global_shape = std::move(global_shape);
+            out.shard_offsets = std::move(shard_offsets);
+            return out;
+          },
+          "global_shape"_a, "shard_offsets"_a,
+          "A copy recorded as the block of a larger tensor that starts at `shard_offsets` "
+          "(the commit checks that it fits).")
+      .def("__getstate__",
+           [](const ManifestTensor& t) {
+             return TensorState(t.name, t.dtype, t.shape, t.file, t.offset, t.length, t.checksum, t.encoding,
+                                t.stored_length, t.global_shape, t.shard_offsets);
+           })
+      .def("__setstate__",
+           [](ManifestTensor& t, const TensorState& st) {
+             new (&t) ManifestTensor();
+             std::tie(t.name, t.dtype, t.shape, t.file, t.offset, t.length, t.checksum, t.encoding,
+                      t.stored_length, t.global_shape, t.shard_offsets) = st;
+           })
       .def("__repr__", [](const ManifestTensor& t) {
         return nb::str("ManifestTensor({!r}, {}, {})").format(utf8_str(t.name), t.dtype, t.shape);
       });
 
-  nb::class_<ManifestFile>(m, "ManifestFile", "One file of a checkpoint (read-only).")
+  nb::class_<ManifestFile>(m, "ManifestFile", "One file of a checkpoint (read-only; pickles).")
       .def_ro("name", &ManifestFile::name)
       .def_ro("role", &ManifestFile::role)
       .def_ro("size", &ManifestFile::size)
@@ -45,6 +78,15 @@ void bind_manifest(nb::module_& m) {
       .def_ro("rank", &ManifestFile::rank)
       .def_prop_ro("referenced_checkpoint",
                    [](const ManifestFile& f) { return std::string(referenced_checkpoint(f)); })
+      .def("__getstate__",
+           [](const ManifestFile& f) {
+             return FileState(f.name, f.role, f.size, f.checksum, f.checksum_bytes, f.rank);
+           })
+      .def("__setstate__",
+           [](ManifestFile& f, const FileState& st) {
+             new (&f) ManifestFile();
+             std::tie(f.name, f.role, f.size, f.checksum, f.checksum_bytes, f.rank) = st;
+           })
       .def("__repr__", [](const ManifestFile& f) {
         return nb::str("ManifestFile({!r}, {}, {})").format(f.name, f.role, f.size);
       });

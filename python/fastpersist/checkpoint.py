@@ -35,14 +35,15 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from . import _core
+from ._checkpoint_options import Size, checkpoint_options
 from ._system import parse_size
+from ._tensor_source import NO_DEVICE, source_tensor
 from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
 from .errors import CheckpointCorruptError
 from .writer import engine_options
 
 PathLike = Union[str, "os.PathLike[str]"]
-Size = Union[int, str]
 
 
 def tag_for(step_or_tag: Union[int, str]) -> str:
@@ -72,47 +73,11 @@ class CheckpointInfo:
     num_tensors: int
 
 
-_NO_DEVICE = -1
 # Tensors up to this size are copied when save_async is called, not by the background snapshot:
 # a model's forward pass updates some of them in place (BatchNorm's running statistics and
 # batch counter), and the optimizer hook guards only optimizer.step(). Such tensors are small;
 # weights and optimizer moments, which only step() modifies, are snapshotted in the background.
 _COPY_AT_CALL_BYTES = 1 << 20
-_device_copy_ready: Dict[int, bool] = {}
-
-
-def _snapshot_from_device(index: int) -> bool:
-    """Whether the C++ snapshot can copy from CUDA device ``index`` (asked once per device)."""
-    if index not in _device_copy_ready:
-        why = _core.cuda_device_copy_status(index)
-        _device_copy_ready[index] = not why
-        if why:
-            warnings.warn(f"fastpersist: GPU tensors of cuda:{index} are copied to the host on the "
-                          f"caller's thread, because the snapshot cannot copy them itself: {why}",
-                          RuntimeWarning, stacklevel=4)
-    return _device_copy_ready[index]
-
-
-def _source_tensor(t: torch.Tensor) -> Tuple[torch.Tensor, int]:
-    """The C-contiguous tensor whose memory the background snapshot copies, and its device.
-
-    CUDA tensors stay on the GPU: the snapshot copies them into pinned staging (device -> host
-    DMA in the background, on its own stream). Other devices, or a CUDA runtime fastpersist
-    cannot load, fall back to one copy to host memory on the caller's thread.
-    """
-    t = t.detach()
-    device = _NO_DEVICE
-    if t.device.type == "cuda":
-        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-        if _snapshot_from_device(index):
-            device = index
-        else:
-            t = t.to("cpu")
-    elif t.device.type != "cpu":
-        t = t.to("cpu")
-    if not t.is_contiguous():
-        t = t.contiguous()
-    return t, device
 
 
 class SaveHandle:
@@ -264,32 +229,16 @@ class CheckpointManager:
         queue_depth: Optional[int] = None,
         intra_op_parallelism: Optional[int] = None,
     ) -> None:
-        if keep_last is not None and int(keep_last) < 1:
-            raise ValueError("keep_last must be >= 1 (the newest checkpoint is always kept)")
-        if keep_every is not None and int(keep_every) < 1:
-            raise ValueError("keep_every must be >= 1")
-        if max_in_flight is not None and int(max_in_flight) < 1:
-            raise ValueError("max_in_flight must be >= 1")
         self._root = os.fspath(root)
-        self._engine_options = engine_options(backend, block_size, queue_depth, intra_op_parallelism)
-        o = _core.CheckpointOptions()  # the C++ defaults; only what the caller gave changes
-        o.engine = self._engine_options
-        sizes = {"staging_budget_bytes": staging_budget, "staging_window_bytes": staging_window,
-                 "target_file_bytes": target_file_size, "min_file_bytes": min_file_size}
-        for field_name, size in sizes.items():
-            if size is not None:
-                setattr(o, field_name, parse_size(size))
-        counts = {"max_parallel_files": max_parallel_files, "max_in_flight": max_in_flight}
-        flags = {"lock_staging_memory": lock_staging_memory, "durable": durable,
-                 "checksums": checksums}
-        for field_name, count in counts.items():
-            if count is not None:
-                setattr(o, field_name, int(count))
-        for field_name, flag in flags.items():
-            if flag is not None:
-                setattr(o, field_name, bool(flag))
-        o.keep_last = None if keep_last is None else int(keep_last)
-        o.keep_every = None if keep_every is None else int(keep_every)
+        o = checkpoint_options(
+            {"max_in_flight": max_in_flight, "staging_budget": staging_budget,
+             "staging_window": staging_window, "lock_staging_memory": lock_staging_memory,
+             "max_parallel_files": max_parallel_files, "target_file_size": target_file_size,
+             "min_file_size": min_file_size, "durable": durable, "checksums": checksums,
+             "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
+             "intra_op_parallelism": intra_op_parallelism},
+            keep_last, keep_every)
+        self._engine_options = o.engine
         self._options = o  # what the C++ manager was opened with (defaults filled in)
         self._core = _core.CheckpointManager(self._root, o)
         self._handles: List[SaveHandle] = []
@@ -332,13 +281,13 @@ class CheckpointManager:
         tensors: List[Tuple[str, str, List[int], Any]] = []
         devices: "set[int]" = set()
         for name, t in flat.tensors:
-            src, device = _source_tensor(t)
+            src, device = source_tensor(t)
             nbytes = src.numel() * src.element_size()
             if (0 < nbytes <= _COPY_AT_CALL_BYTES
                     and src.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()):
                 src = src.clone()  # on its device; a GPU clone is covered by the sync below
             keepalive.append(src)
-            if nbytes and device != _NO_DEVICE:
+            if nbytes and device != NO_DEVICE:
                 devices.add(device)
             tensors.append((name, DTYPE_TO_SAFETENSORS[src.dtype], list(src.shape),
                             to_dlpack(src)))

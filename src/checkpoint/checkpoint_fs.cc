@@ -52,7 +52,10 @@ Status write_all(int fd, std::string_view bytes, const std::string& path) {
 
 Status write_new_file(const std::string& path, std::string_view bytes, bool durable) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot create file").with_path(path);
+  if (!fd.valid()) {
+    if (errno == EEXIST) return Status(StatusCode::kAlreadyExists, "the file already exists", EEXIST).with_path(path);
+    return Status::from_errno(errno, "cannot create file").with_path(path);
+  }
   FP_RETURN_IF_ERROR(write_all(fd.get(), bytes, path));
   if (durable && ::fdatasync(fd.get()) != 0) {
     return Status::from_errno(errno, "fdatasync failed").with_path(path);

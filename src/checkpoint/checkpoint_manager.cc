@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/commit_state.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/root_scan.h"
@@ -36,8 +37,37 @@ Status repair_latest_pointer(const std::string& root, const std::vector<Checkpoi
 std::string latest_pointer_tag(const std::string& root);
 }  // namespace
 
-struct CheckpointManager::Impl {
-  Impl(std::string r, const CheckpointOptions& o) : root(std::move(r)), options(o) {}
+struct CheckpointManager::Impl : CommitHost {
+  Impl(std::string r, const CheckpointOptions& o) : root(std::move(r)), options(o) {
+    commit_link->host = this;
+  }
+
+  // CommitHost: what a CheckpointCommit this manager began needs.
+  Result<uint64_t> take_sequence() override {
+    std::lock_guard lock(mu);
+    if (closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(root);
+    return next_sequence++;
+  }
+  std::mutex& pointer_mutex() override { return pointer_mu; }
+  Status after_commit(const std::string& tag) override {
+    if (!options.keep_last) return Status::ok();
+    auto removed = prune_now(options.keep_last, options.keep_every, tag);
+    return removed.is_ok() ? Status::ok() : retention_failure(tag, removed.status());
+  }
+  void release_tag(const std::string& tag) override {
+    std::lock_guard lock(mu);
+    pending_tags.erase(tag);
+    cv.notify_all();
+  }
+
+  static Status retention_failure(const std::string& tag, const Status& st) {
+    return Status(st.code(),
+                  "checkpoint '" + tag +
+                      "' is committed, but removing older ones failed (retried after the next save): " +
+                      st.message(),
+                  st.sys_errno())
+        .with_path(st.path());
+  }
 
   // The first failure of a finished save that nobody has reported; forgets finished saves.
   Status take_failure_locked() {
@@ -72,15 +102,7 @@ struct CheckpointManager::Impl {
       Status retention;
       if (st.is_ok() && options.keep_last) {
         auto removed = prune_now(options.keep_last, options.keep_every, job.tag);
-        if (!removed.is_ok()) {
-          retention = Status(removed.status().code(),
-                             "checkpoint '" + job.tag +
-                                 "' is committed, but removing older ones failed (retried after "
-                                 "the next save): " +
-                                 removed.status().message(),
-                             removed.status().sys_errno())
-                          .with_path(removed.status().path());
-        }
+        if (!removed.is_ok()) retention = retention_failure(job.tag, removed.status());
       }
       // Release the caller's references to the source memory only when nothing reads it.
       job.content.tensors.clear();
@@ -193,6 +215,8 @@ struct CheckpointManager::Impl {
   // and the repointing after a removal. Never held while taking mu.
   std::mutex pointer_mu;
   std::thread worker;
+  // How the commits this manager began reach it; cleared when the manager is destroyed.
+  std::shared_ptr<CommitLink> commit_link = std::make_shared<CommitLink>();
 };
 
 namespace {
@@ -269,6 +293,10 @@ CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::mo
 
 CheckpointManager::~CheckpointManager() {
   Status st = close();
+  {
+    std::lock_guard link(impl_->commit_link->mu);
+    impl_->commit_link->host = nullptr;
+  }
   if (!st.is_ok()) {
     // Nobody is left to report it to: say it rather than lose it.
     std::fprintf(stderr, "fastpersist: a checkpoint save failed and was never reported: %s\n",
@@ -307,6 +335,33 @@ Result<PendingSave> CheckpointManager::save_async(const std::string& tag, Checkp
   m.history.push_back(state);
   m.cv.notify_all();
   return PendingSave(state);
+}
+
+Result<std::unique_ptr<CheckpointCommit>> CheckpointManager::begin_commit(const std::string& tag) {
+  FP_RETURN_IF_ERROR(validate_tag(tag));
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
+  std::string dir = join_path(m.root, tag);
+  struct stat st {};
+  if (m.pending_tags.count(tag) != 0 || ::lstat(dir.c_str(), &st) == 0) {
+    return Status(StatusCode::kAlreadyExists,
+                  "checkpoint '" + tag + "' already exists or is being saved; choose another tag or remove it",
+                  EEXIST)
+        .with_path(dir);
+  }
+  auto state = std::make_unique<CheckpointCommit::State>();
+  state->root = m.root;
+  state->tag = tag;
+  state->directory = join_path(m.root, std::string(kTempDirPrefix) + tag + "-" + checkpoint::unique_suffix());
+  state->durable = m.options.durable;
+  state->manager = m.commit_link;
+  if (::mkdir(state->directory.c_str(), 0755) != 0) {
+    return Status::from_errno(errno, "cannot create the checkpoint's temporary directory")
+        .with_path(state->directory);
+  }
+  m.pending_tags.insert(tag);
+  return std::make_unique<CheckpointCommit>(std::move(state));
 }
 
 Status CheckpointManager::save(const std::string& tag, CheckpointContent content) {

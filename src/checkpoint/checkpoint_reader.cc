@@ -18,6 +18,7 @@
 #include "checkpoint/save_job.h"
 #include "checkpoint/staged_read.h"
 #include "common/align.h"
+#include "common/printable.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 
@@ -357,16 +358,24 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
 }
 
 Result<std::string> CheckpointReader::read_objects() {
-  const ManifestFile* f = manifest_.find_file(kObjectsFileName);
-  if (f == nullptr) return std::string();
-  std::string path = manifest_file_path(dir_, *f);
+  if (manifest_.find_file(kObjectsFileName) == nullptr) return std::string();
+  return read_file(kObjectsFileName);
+}
+
+Result<std::string> CheckpointReader::read_file(std::string_view name) {
+  const ManifestFile* f = manifest_.find_file(name);
+  if (f == nullptr || f->role != "objects") {
+    return Status(StatusCode::kNotFound, "the checkpoint has no objects file '" + printable(std::string(name)) + "'")
+        .with_path(dir_);
+  }
+  FP_ASSIGN_OR_RETURN(std::string path, checkpoint::resolve_manifest_file(dir_, *f));
   FP_ASSIGN_OR_RETURN(std::string bytes, checkpoint::read_small_file(path, size_t{1} << 31));
   bool checked = manifest_.checksum_algorithm != kNoChecksum;
   uint64_t actual = checked ? xxh3_64(bytes.data(), bytes.size()) : 0;
   if (bytes.size() != f->size || actual != f->checksum) {
-    return Status(StatusCode::kDataLoss, std::string(kObjectsFileName) +
-                                             " fails its checksum (manifest " + checksum_to_hex(f->checksum) +
-                                             ", data " + checksum_to_hex(actual) + "): the checkpoint is damaged")
+    return Status(StatusCode::kDataLoss, printable(f->name) + " fails its checksum (manifest " +
+                                             checksum_to_hex(f->checksum) + ", data " + checksum_to_hex(actual) +
+                                             "): the checkpoint is damaged")
         .with_path(path);
   }
   return bytes;

@@ -13,16 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/commit_steps.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
 
 namespace fastpersist::checkpoint {
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 Manifest build_manifest(const SaveJob& job, ShardWriteResult data, uint64_t objects_checksum) {
   const CheckpointContent& c = job.content;
@@ -85,39 +82,11 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   uint64_t objects_sum = options.checksums ? xxh3_64(objects.data(), objects.size()) : 0;
   Manifest manifest = build_manifest(job, std::move(data), objects_sum);
   if (!options.checksums) manifest.checksum_algorithm = std::string(kNoChecksum);
-  std::string manifest_text = encode_manifest(manifest);
-  FP_RETURN_IF_ERROR(write_new_file(join_path(tmp, kManifestFileName), manifest_text, options.durable));
-  if (options.durable) FP_RETURN_IF_ERROR(fsync_dir(tmp));
-  // 4.
-  std::unique_lock<std::mutex> pointer_lock;
-  if (job.pointer_mu != nullptr) pointer_lock = std::unique_lock(*job.pointer_mu);
-  std::string target = join_path(job.root, job.tag);
-  Status renamed = rename_no_replace(tmp, target);
-  if (renamed.code() == StatusCode::kAlreadyExists) {
-    return Status(StatusCode::kAlreadyExists,
-                  "checkpoint '" + job.tag + "' already exists; choose another tag or remove it")
-        .with_path(target);
-  }
-  FP_RETURN_IF_ERROR(renamed);
-  if (options.durable) FP_RETURN_IF_ERROR(fsync_dir(job.root));
-  // 5. If the pointer cannot be written (ENOSPC), step 4 is undone: an error from a save always
-  // means that nothing was committed.
-  Status pointer = replace_file_atomically(join_path(job.root, kLatestFileName), job.tag + "\n",
-                                           options.durable);
-  if (!pointer.is_ok()) {
-    std::string trash = join_path(job.root, std::string(kTrashDirPrefix) + job.tag + "-" + unique_suffix());
-    bool undone = ::rename(target.c_str(), trash.c_str()) == 0;
-    if (undone) {
-      if (options.durable) (void)fsync_dir(job.root);
-      (void)remove_tree(trash);
-    }
-    return Status(pointer.code(),
-                  "cannot update the 'latest' pointer (" + pointer.message() + "); checkpoint '" +
-                      job.tag + (undone ? "' was therefore not kept" : "' stays committed"),
-                  pointer.sys_errno())
-        .with_path(pointer.path());
-  }
-  *bytes_written = data_bytes + objects.size() + manifest_text.size();
+  // 3b.-5.
+  uint64_t manifest_bytes = 0;
+  FP_RETURN_IF_ERROR(commit_temp_directory({job.root, job.tag, tmp, options.durable, job.pointer_mu},
+                                           manifest, &manifest_bytes));
+  *bytes_written = data_bytes + objects.size() + manifest_bytes;
   return Status::ok();
 }
 

@@ -197,6 +197,14 @@ inline bool any_contains(const std::vector<std::string>& v, const std::string& n
   return false;
 }
 
+// verify_checkpoint finds nothing wrong with the checkpoint in `dir`.
+inline void expect_verifies(const std::string& dir) {
+  auto engine = make_engine();
+  ASSERT_NE(engine, nullptr);
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report, verify_checkpoint(dir, *engine));
+  EXPECT_TRUE(report.ok()) << joined(report.problems);
+}
+
 // Reads every tensor of the checkpoint in `dir` (into reader spans) and compares with `state`:
 // the manifest lists exactly the state's tensors, in the state's order, with its bytes.
 inline void expect_checkpoint_matches(const std::string& dir, const TestState& state, bool verify = true) {

@@ -119,13 +119,6 @@ void commit_manifest(const std::string& dir, const std::vector<ShardWriteResult>
                                           encode_manifest(m), false));
 }
 
-void expect_verifies(const std::string& dir) {
-  auto engine = make_engine();
-  ASSERT_NE(engine, nullptr);
-  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report, verify_checkpoint(dir, *engine));
-  EXPECT_TRUE(report.ok()) << joined(report.problems);
-}
-
 TEST(ShardWriterTest, RecordsMatchTheFilesTheyDescribe) {
   TempDir dir;
   TestState state = mixed_state(51);

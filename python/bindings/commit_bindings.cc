@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+// The pieces of a checkpoint that several writers produce and one commits (a distributed save):
+// `_core.ShardWriter` (tensors in, data files + records out, shard_writer.h), `_core.write_sidecar_file`,
+// and `_core.CheckpointCommit` (checkpoint_commit.h; made by CheckpointManager.begin_commit).
+// Records (ManifestFile / ManifestTensor, manifest_bindings.cc) pickle, so they travel between
+// ranks as they are.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_commit.h"
+#include "fastpersist/shard_writer.h"
+#include "tensor_tuple.h"
+
+namespace fastpersist::python {
+namespace {
+
+class PyShardWriter {
+ public:
+  // The data-file settings of `options` (its manager-only fields are ignored), and the rank.
+  PyShardWriter(const CheckpointOptions& options, std::optional<uint32_t> rank) {
+    ShardWriterOptions o;
+    static_cast<DataFileOptions&>(o) = options;
+    o.rank = rank;
+    writer_ = unwrap(without_gil([&] { return ShardWriter::create(o); }));
+  }
+
+  // Writes the tensors into new files in `directory`; returns (files, tensors, bytes_written).
+  nb::tuple write(const std::string& directory, const std::vector<TensorTuple>& tensors) {
+    std::vector<TensorSource> sources;
+    sources.reserve(tensors.size());
+    for (const TensorTuple& t : tensors) sources.push_back(tensor_source(t));
+    ShardWriteResult r = unwrap(without_gil([&] { return get().write(directory, sources); }));
+    return nb::make_tuple(r.files, r.tensors, r.bytes_written);
+  }
+
+  ShardWriter& get() {
+    if (!writer_) throw nb::value_error("the ShardWriter is closed");
+    return *writer_;
+  }
+  void close() { writer_.reset(); }
+
+ private:
+  std::unique_ptr<ShardWriter> writer_;
+};
+
+}  // namespace
+
+void bind_commit(nb::module_& m) {
+  using namespace nb::literals;
+
+  nb::class_<PyShardWriter>(m, "ShardWriter",
+                            "Writes tensors into new data files of a directory (one rank's share of a "
+                            "distributed checkpoint); commits nothing.")
+      .def(nb::init<const CheckpointOptions&, std::optional<uint32_t>>(), "options"_a, "rank"_a.none())
+      .def("write", &PyShardWriter::write, "directory"_a, "tensors"_a,
+           "Writes (name, dtype, shape, tensor) tuples; returns (files, tensors, bytes_written).")
+      .def_prop_ro("staging_bytes", [](PyShardWriter& w) { return w.get().staging_bytes(); })
+      .def("close", &PyShardWriter::close, "Frees the writer's staging memory and engine.");
+
+  nb::class_<CheckpointCommit>(m, "CheckpointCommit",
+                               "A checkpoint that other writers fill and this process commits.")
+      .def_prop_ro("tag", &CheckpointCommit::tag)
+      .def_prop_ro("directory", &CheckpointCommit::directory)
+      .def_prop_ro("finished", &CheckpointCommit::finished)
+      .def_prop_ro("retention_error",
+                   [](const CheckpointCommit& c) {
+                     const Status& st = c.retention_error();
+                     return st.is_ok() ? std::string() : st.to_string();
+                   })
+      .def(
+          "commit",
+          [](CheckpointCommit& c, std::vector<ManifestFile> files, std::vector<ManifestTensor> tensors,
+             std::optional<int64_t> step, std::string metadata_json, std::map<std::string, std::string> versions,
+             uint32_t world_size, bool checksums, std::map<std::string, std::string> aliases) {
+            CommitContent content;
+            content.files = std::move(files);
+            content.tensors = std::move(tensors);
+            content.step = step;
+            content.metadata_json = std::move(metadata_json);
+            content.versions = std::move(versions);
+            content.world_size = world_size;
+            content.checksums = checksums;
+            content.aliases = std::move(aliases);
+            check(without_gil([&] { return c.commit(std::move(content)); }));
+          },
+          "files"_a, "tensors"_a, "step"_a.none(), "metadata_json"_a, "versions"_a, "world_size"_a,
+          "checksums"_a, "aliases"_a)
+      .def("abort", [](CheckpointCommit& c) { check(without_gil([&] { return c.abort(); })); });
+
+  m.def(
+      "write_sidecar_file",
+      [](const std::string& directory, const std::string& name, nb::bytes data, bool durable, bool checksums,
+         std::optional<uint32_t> rank) {
+        std::string_view bytes(data.c_str(), data.size());
+        return unwrap(without_gil(
+            [&] { return write_sidecar_file(directory, name, bytes, durable, checksums, rank); }));
+      },
+      "directory"_a, "name"_a, "data"_a, "durable"_a, "checksums"_a, "rank"_a.none(),
+      "Writes a new small file (created, never replacing; synced when durable) and returns its "
+      "ManifestFile record (role 'objects', checksum of the whole file).");
+}
+
+}  // namespace fastpersist::python

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one place the façade builds ``_core.CheckpointOptions``: the C++ defaults, with only the
+settings the caller gave (not None) applied, each converted and checked for type. Shared by
+:class:`CheckpointManager` and the DCP storage writer (fastpersist.dcp), which keeps the settings
+as a plain dict so that it pickles, and builds the options in the process that writes."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Union
+
+from . import _core
+from ._system import parse_size
+from .writer import engine_options
+
+Size = Union[int, str]
+
+# Python name -> C++ field, by kind. Sizes take ints or strings such as "4GiB".
+_SIZES = {"staging_budget": "staging_budget_bytes", "staging_window": "staging_window_bytes",
+          "target_file_size": "target_file_bytes", "min_file_size": "min_file_bytes"}
+_COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_flight"}
+_FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums"}
+_ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
+
+SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + _ENGINE
+
+
+def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None,
+                       keep_every: Optional[int] = None) -> Any:
+    """``_core.CheckpointOptions`` from `settings` (names in SETTINGS; None = the C++ default)."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise TypeError(f"fastpersist: unknown checkpoint setting(s): {', '.join(unknown)}")
+    if keep_last is not None and int(keep_last) < 1:
+        raise ValueError("keep_last must be >= 1 (the newest checkpoint is always kept)")
+    if keep_every is not None and int(keep_every) < 1:
+        raise ValueError("keep_every must be >= 1")
+    max_in_flight = settings.get("max_in_flight")
+    if max_in_flight is not None and int(max_in_flight) < 1:
+        raise ValueError("max_in_flight must be >= 1")
+    o = _core.CheckpointOptions()  # the C++ defaults; only what the caller gave changes
+    o.engine = engine_options(*(settings.get(name) for name in _ENGINE))
+    for name, field_name in _SIZES.items():
+        if settings.get(name) is not None:
+            setattr(o, field_name, parse_size(settings[name]))
+    for name, field_name in _COUNTS.items():
+        if settings.get(name) is not None:
+            setattr(o, field_name, int(settings[name]))
+    for name, field_name in _FLAGS.items():
+        if settings.get(name) is not None:
+            setattr(o, field_name, bool(settings[name]))
+    o.keep_last = None if keep_last is None else int(keep_last)
+    o.keep_every = None if keep_every is None else int(keep_every)
+    return o

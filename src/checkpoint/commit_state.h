@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// The state behind a CheckpointCommit (private to src/checkpoint). The manager that began the
+// commit is reached only through `manager`, a link it clears when it is destroyed, so a commit
+// that outlives its manager fails cleanly instead of touching freed memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "fastpersist/checkpoint_commit.h"
+
+namespace fastpersist {
+
+// What a commit needs from its manager.
+class CommitHost {
+ public:
+  virtual ~CommitHost() = default;
+  // The next commit sequence; kInvalidArgument once the manager is closed.
+  virtual Result<uint64_t> take_sequence() = 0;
+  // Serializes `latest` updates with the manager's removals.
+  virtual std::mutex& pointer_mutex() = 0;
+  // Retention after `tag` committed.
+  virtual Status after_commit(const std::string& tag) = 0;
+  // `tag` is no longer being saved.
+  virtual void release_tag(const std::string& tag) = 0;
+};
+
+struct CommitLink {
+  std::mutex mu;
+  CommitHost* host = nullptr;  // null once the manager is gone
+};
+
+struct CheckpointCommit::State {
+  std::string root;
+  std::string tag;
+  std::string directory;
+  bool durable = true;
+  std::shared_ptr<CommitLink> manager;
+  bool finished = false;
+  Status retention;
+};
+
+}  // namespace fastpersist

@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fastpersist.dcp: torch.distributed.checkpoint saves and loads through FastPersistWriter and
+FastPersistReader, on real processes with the gloo backend: round trips on 2 and 4 ranks,
+resharding between world sizes, async_save in thread and process mode, a rank's failure, a
+damaged shard, hostile metadata, and the checkpoint being an ordinary fastpersist checkpoint
+(list, verify, CheckpointManager)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
+import fastpersist
+from fastpersist import _core
+from fastpersist.dcp import FastPersistReader, FastPersistWriter, stored_name
+
+import _dcp_workers as workers
+from _distributed import run_ranks
+from _test_support import find_cli
+
+
+def _manifest(path: Path) -> Any:
+    return _core.CheckpointReader(str(path), _core.EngineOptions()).manifest
+
+
+def _plain_state(seed: int = 0) -> Dict[str, Any]:
+    """The workers' state as one process holds it: whole tensors."""
+    full = workers.full_state(seed)
+    return {"model": {"w": full["model.w"], "b": full["model.b"]},
+            "opt": {"m": full["opt.m"], "steps": full["opt.steps"]},
+            "step": 11, "note": {"text": "hello", "lr": 0.5}}
+
+
+def test_stored_names_are_the_key_or_the_block_as_a_slice() -> None:
+    assert stored_name("w", [0, 0], [4, 5], [4, 5]) == "w"
+    assert stored_name("w", [4, 0], [4, 5], [8, 5]) == "w[4:8,0:5]"
+    assert stored_name("s", [], [], []) == "s"
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_round_trip_on_ranks_is_an_ordinary_checkpoint(tmp_path: Path, world_size: int) -> None:
+    path = tmp_path / "step-11"
+    run_ranks(workers.save, world_size, str(path))
+    run_ranks(workers.load, world_size, str(path))
+
+    names = sorted(os.listdir(path))
+    assert "manifest.json" in names and _core.layout.DCP_METADATA_FILE_NAME in names
+    m = _manifest(path)
+    assert m.world_size == world_size
+    assert m.step == 11
+    ranks = {f.rank for f in m.files if f.role == "tensors"}
+    assert ranks == set(range(world_size)), "every rank wrote its share"
+    blocks = [t for t in m.tensors if t.name.startswith("model.w[")]
+    assert len(blocks) == world_size
+    assert all(t.global_shape == [workers.ROWS, 10] for t in blocks)
+    assert sorted(t.shard_offsets[0] for t in blocks) == list(range(0, workers.ROWS, workers.ROWS // world_size))
+    assert len([t for t in m.tensors if t.name == "model.b"]) == 1, "a replicated tensor is written once"
+
+    # The library's own tools read it unchanged.
+    with fastpersist.CheckpointManager(tmp_path) as mgr:
+        assert mgr.list() == ["step-11"]
+        assert mgr.latest() == "step-11"
+        assert mgr.verify("step-11") == []
+    cli = find_cli()
+    if cli is not None:
+        out = subprocess.run([cli, "verify", str(path)], capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("saved,loaded", [(4, 2), (2, 1), (1, 4), (3, 2)])
+def test_a_checkpoint_of_n_ranks_loads_on_m(tmp_path: Path, saved: int, loaded: int) -> None:
+    path = tmp_path / "step-11"
+    if saved == 1:
+        dcp.save(_plain_state(), storage_writer=FastPersistWriter(path, step=11))
+    else:
+        run_ranks(workers.save, saved, str(path))
+    if loaded == 1:
+        target = workers.empty_like_state(_plain_state(seed=3))
+        dcp.load(target, storage_reader=FastPersistReader(path))
+        workers.check_loaded(target)
+    else:
+        run_ranks(workers.load, loaded, str(path))
+
+
+def test_resharding_from_rows_to_columns(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    run_ranks(workers.save, 2, str(path), 0, "rows")
+    run_ranks(workers.load, 3, str(path), 0, "columns")
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_async_save(tmp_path: Path, mode: str) -> None:
+    run_ranks(workers.async_save, 2, str(tmp_path / "a"), mode, timeout=300)
+    assert _manifest(tmp_path / "a").world_size == 2
+
+
+def test_a_failing_rank_commits_nothing(tmp_path: Path) -> None:
+    run_ranks(workers.save_fails, 2, str(tmp_path), "good", "bad")
+
+
+def test_a_damaged_shard_fails_verify_naming_the_file_and_the_block(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    run_ranks(workers.save, 2, str(path))
+    m = _manifest(path)
+    block = next(t for t in m.tensors if t.name.startswith("model.w[") and t.file.startswith("tensors-r00001"))
+    with open(path / block.file, "r+b") as f:
+        f.seek(block.offset + 5)
+        byte = f.read(1)
+        f.seek(block.offset + 5)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with fastpersist.CheckpointManager(tmp_path) as mgr:
+        problems = mgr.verify("t")
+    assert any(block.file in p and block.name in p for p in problems), problems
+    target = workers.empty_like_state(_plain_state())
+    with pytest.raises(CheckpointException, match=r"CheckpointCorruptError: .*model\.w\[.*fails its checksum"):
+        dcp.load(target, storage_reader=FastPersistReader(path))
+
+
+class _Hostile:
+    def __reduce__(self) -> Any:
+        return (os.system, (f"touch {_Hostile.marker}",))
+
+    marker = ""
+
+
+def test_hostile_metadata_is_refused_without_running_it(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    dcp.save(_plain_state(), storage_writer=FastPersistWriter(path, checksums=False))
+    marker = tmp_path / "pwned"
+    _Hostile.marker = str(marker)
+    meta = path / _core.layout.DCP_METADATA_FILE_NAME
+    size = meta.stat().st_size
+    payload = pickle.dumps(_Hostile(), protocol=2)
+    assert len(payload) < size
+    meta.write_bytes(payload + b"\0" * (size - len(payload)))  # same size: passes the cheap checks
+    with pytest.raises(CheckpointException, match=r"not DCP metadata.*posix\.system"):
+        dcp.load(workers.empty_like_state(_plain_state()), storage_reader=FastPersistReader(path))
+    assert not marker.exists()
+
+
+class Opaque:
+    """A user class: torch's weights_only unpickler does not know it."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def test_objects_beyond_weights_only_need_unsafe_objects(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    dcp.save({"w": torch.ones(3), "odd": Opaque(7)}, storage_writer=FastPersistWriter(path))
+    with pytest.raises(CheckpointException, match=r"(?s)UnsafeCheckpointObjectError.*unsafe_objects=True"):
+        dcp.load({"w": torch.zeros(3), "odd": None}, storage_reader=FastPersistReader(path))
+    out: Dict[str, Any] = {"w": torch.zeros(3), "odd": None}
+    dcp.load(out, storage_reader=FastPersistReader(path, unsafe_objects=True))
+    assert out["odd"].value == 7
+
+
+def test_tags_are_never_replaced_and_paths_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    dcp.save({"w": torch.ones(2)}, storage_writer=FastPersistWriter(path))
+    with pytest.raises(CheckpointException, match="already exists"):
+        dcp.save({"w": torch.zeros(2)}, storage_writer=FastPersistWriter(path))
+    out = {"w": torch.zeros(2)}
+    dcp.load(out, storage_reader=FastPersistReader(path))
+    assert torch.equal(out["w"], torch.ones(2)), "the committed checkpoint is intact"
+    with pytest.raises(ValueError, match="tag"):
+        FastPersistWriter(tmp_path / ".hidden")
+    with pytest.raises(TypeError, match="unknown setting"):
+        FastPersistWriter(path, staging_budjet=1)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+
+
+def test_the_writer_pickles_without_native_state(tmp_path: Path) -> None:
+    writer = FastPersistWriter(tmp_path / "t", step=3, max_parallel_files=2)
+    dcp.save({"w": torch.ones(2)}, storage_writer=writer)  # opens native resources
+    clone = pickle.loads(pickle.dumps(writer))
+    assert clone.checkpoint_id == writer.checkpoint_id
+    dcp.save({"w": torch.ones(2)}, storage_writer=clone, checkpoint_id=tmp_path / "u")
+    with fastpersist.CheckpointManager(tmp_path) as mgr:
+        assert sorted(mgr.list()) == ["t", "u"]
