@@ -235,11 +235,13 @@ def _load(src: _Source, unsafe: bool, prefix: Optional[str], report: _Report) ->
             return load_safetensors(src.path)
         return tensors_from_buffer(src.path, safetensors_header(src.path),
                                    read_file(src.path, progress=report))
-    from .checkpoint_loading import load_checkpoint_dir
+    from .checkpoint_loading import load_checkpoint_dir, written_through_dcp
     from .checkpoint_state import UnsafeCheckpointObjectError
     from .writer import engine_options
 
     keys = None if prefix is None else (lambda n: n.startswith(prefix))
+    if written_through_dcp(_core.CheckpointReader(src.path, engine_options()).manifest):
+        keys = None  # DCP reassembles the whole state; the prefix is applied afterwards
     try:
         return load_checkpoint_dir(src.path, engine_options(), keys=keys,
                                    weights_only=not unsafe, progress=report)

@@ -37,7 +37,9 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+from torch.distributed.checkpoint import load as dcp_load
 from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
@@ -49,6 +51,7 @@ from torch.distributed.checkpoint.planner import (
     WriteItem,
     WriteItemType,
 )
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 from torch.utils.dlpack import to_dlpack
@@ -60,7 +63,7 @@ from .checkpoint_loading import _destination, _wrap
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, SAFETENSORS_TO_DTYPE, UnsafeCheckpointObjectError
 from .errors import CheckpointCorruptError
 
-__all__ = ["FastPersistReader", "FastPersistWriter"]
+__all__ = ["FastPersistReader", "FastPersistWriter", "load_dcp_checkpoint"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -147,6 +150,8 @@ class FastPersistWriter(StorageWriter):
         # A CheckpointManager (C++) that holds the root's lock and commits for us (the
         # multi-rank CheckpointManager sets it); otherwise the coordinator opens one per save.
         self._committer: Any = None
+        self._retention_error = ""  # why retention failed after this writer's last commit
+        self._bytes_written = 0     # by this process in the last save
 
     # ------------------------------------------------------------------ pickling (process mode)
     def _native_reset(self) -> None:
@@ -211,6 +216,7 @@ class FastPersistWriter(StorageWriter):
         options = checkpoint_options(self._settings)
         results = _write_rank(self._rank_writer(target.rank, options), target, plan.items, planner,
                               bool(options.durable), bool(options.checksums))
+        self._bytes_written = sum(f.size for r in results[:1] for f in r.storage_data.files)
         return _done(results)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
@@ -240,6 +246,7 @@ class FastPersistWriter(StorageWriter):
             versions = {"torch": torch.__version__, "writer": "fastpersist.dcp"}
             commit.commit(files, tensors, self._step, json.dumps(self._metadata), versions,
                           len(results), bool(options.checksums), {})
+            self._retention_error = commit.retention_error
         finally:
             self._commit = None
             if commit.finished is False:
@@ -541,6 +548,22 @@ class FastPersistReader(StorageReader):
                         f"{tuple(piece.shape)}, the destination wants {tuple(dst.shape)}")
                 dst.copy_(piece)
                 planner.commit_tensor(item, dst)
+
+
+def load_dcp_checkpoint(path: str, *, into: Any = None, verify: bool = True, strict: bool = True,
+                        unsafe_objects: bool = False) -> Any:
+    """Loads a checkpoint written through DCP in this one process (no process group): into
+    `into` (resharded to its tensors' layout; DTensors need their process group), or, without
+    `into`, the whole state with every tensor whole (the blocks of every rank reassembled)."""
+    reader = FastPersistReader(path, verify=verify, unsafe_objects=unsafe_objects)
+    if into is None:
+        state: Dict[str, Any] = {}
+        _load_state_dict(state, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(),
+                         no_dist=True)
+        return state
+    dcp_load(into, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=not strict),
+             no_dist=True)
+    return into
 
 
 def _why(e: Exception) -> str:
