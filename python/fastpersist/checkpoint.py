@@ -451,7 +451,7 @@ class CheckpointManager:
                     raise ValueError(f"fastpersist: {what} is not supported by a multi-rank load "
                                      "(into= decides what each rank reads)")
             directory = self.path(self._agreed(lambda: self._resolve(tag)))
-            return self._dist.load(directory, into, verify)
+            return self._dist.load(directory, into, verify, strict)
         name = self._resolve(tag)
         return load_checkpoint_dir(
             self.path(name), self._engine_options, into=into, map_location=map_location,

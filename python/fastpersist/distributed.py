@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from . import _core
@@ -241,13 +242,16 @@ class DistributedCheckpoints:
             return []
 
     # ------------------------------------------------------------------------------ loading
-    def load(self, directory: str, into: Any, verify: bool) -> Any:
-        """Fills `into` (every rank's own layout: DCP reshards) from the checkpoint directory."""
+    def load(self, directory: str, into: Any, verify: bool, strict: bool) -> Any:
+        """Fills `into` (every rank's own layout: DCP reshards) from the checkpoint directory.
+        Not strict: entries the checkpoint lacks (another world size's per-rank values) are left
+        as they are."""
         if into is None:
             raise ValueError("fastpersist: a multi-rank load needs into= (the state to fill; "
                              "its sharding decides what each rank reads)")
         try:
             dcp.load(into, storage_reader=FastPersistReader(directory, verify=verify),
+                     planner=DefaultLoadPlanner(allow_partial_load=not strict),
                      process_group=self.control_group)
         except CheckpointException as e:
             failures = _rank_failures(e)

@@ -131,3 +131,73 @@ def killed_rank(rank: int, world_size: int, root: str, report: str) -> None:
             json.dump({"rank": rank, "message": str(e), "failures": {str(k): v for k, v in e.failures.items()},
                        "listing": sorted(os.listdir(root))}, f)
     os._exit(0)  # the job's process group is broken: leave without tearing it down
+
+
+def per_rank_rng(rank: int, world_size: int, root: str, saved_world: int) -> None:
+    """Each rank's RNG state under a key of its own: restored on the same world size; on a
+    larger one (strict=False) the ranks the checkpoint has no state for keep theirs."""
+    torch.manual_seed(100 + rank)
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        if saved_world == world_size and not mgr.list():
+            mgr.save(1, {"rng": {f"rank{rank}": torch.get_rng_state()}, "step": 1})
+            expected = torch.get_rng_state()
+            torch.rand(100)  # the training run moves on
+            state = mgr.load(into={"rng": {f"rank{rank}": torch.empty_like(expected)}, "step": 0})
+            torch.set_rng_state(state["rng"][f"rank{rank}"])
+            assert torch.equal(torch.get_rng_state(), expected)
+            return
+        mine = torch.get_rng_state()
+        state = mgr.load(into={"rng": {f"rank{rank}": mine.clone()}, "step": 0}, strict=False)
+        restored = state["rng"][f"rank{rank}"]
+        if rank < saved_world:
+            torch.manual_seed(100 + rank)
+            assert torch.equal(restored, torch.get_rng_state()), "the rank's saved state"
+        else:
+            assert torch.equal(restored, mine), "no saved state: left as it was"
+        assert state["step"] == 1
+
+
+def _fsdp_model(world_size: int, seed: int) -> Any:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    mesh = init_device_mesh("cpu", (world_size,))
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def fsdp2_save(rank: int, world_size: int, root: str, report: str) -> None:
+    """FSDP2 (fully_shard) on the CPU: model and Adam state after a step, saved sharded."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = _fsdp_model(world_size, seed=0)
+    optim = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 16)).sum().backward()
+    optim.step()
+    msd, osd = get_state_dict(model, optim)
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        mgr.save(1, {"model": msd, "optim": osd})
+    full = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    if rank == 0:
+        torch.save(full, report)
+
+
+def fsdp2_resume(rank: int, world_size: int, root: str, report: str) -> None:
+    """Another world size: a fresh FSDP2 model and optimizer resume the saved ones."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model = _fsdp_model(world_size, seed=1)  # other initial values
+    optim = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 16)).sum().backward()
+    optim.step()  # creates the optimizer state to load into
+    msd, osd = get_state_dict(model, optim)
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        tag, state = mgr.resume(into={"model": msd, "optim": osd})
+    assert tag == "step-00000001"
+    set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    expected = torch.load(report)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value.full_tensor(), expected[name]), name

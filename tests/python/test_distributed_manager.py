@@ -92,3 +92,15 @@ def test_a_killed_rank_fails_the_save_without_a_hang(tmp_path: Path) -> None:
         state = mgr.load()
     assert torch.equal(state["model"]["w"], dcp_workers.full_state(1)["model.w"])
     assert not os.path.exists(root / "step-00000002")
+
+
+def test_per_rank_rng_state(tmp_path: Path) -> None:
+    run_ranks(workers.per_rank_rng, 2, str(tmp_path), 2)
+    run_ranks(workers.per_rank_rng, 3, str(tmp_path), 2)
+
+
+def test_fsdp2_fully_shard_state_resumes_on_another_world_size(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed.fsdp")
+    report = str(tmp_path / "expected.pt")
+    run_ranks(workers.fsdp2_save, 2, str(tmp_path / "root"), report)
+    run_ranks(workers.fsdp2_resume, 3, str(tmp_path / "root"), report)
