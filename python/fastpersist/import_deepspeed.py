@@ -370,12 +370,13 @@ def _merge_zero3(out: Dict[str, torch.Tensor], models: List[_ModelStates],
     first = models[0]
     for name, shape in first.frozen_shapes.items():
         numel = _numel(shape, name, first.path)
-        fragments = [m.frozen_fragments.get(name) for m in models]
-        if not all(isinstance(f, torch.Tensor) for f in fragments):
-            raise ForeignCheckpointError(f"frozen parameter {name} is missing from a rank's "
-                                         "model states")
-        out[name] = _whole([f.detach().reshape(-1) for f in fragments], numel, shape, name,
-                           "the frozen parameter fragments")
+        fragments: List[torch.Tensor] = []
+        for m in models:
+            fragment = m.frozen_fragments.get(name)
+            if not isinstance(fragment, torch.Tensor):
+                raise ForeignCheckpointError(f"{m.path}: frozen parameter {name} is not stored")
+            fragments.append(fragment.detach().reshape(-1))
+        out[name] = _whole(fragments, numel, shape, name, "the frozen parameter fragments")
     params = [(n, s) for group in first.param_shapes for n, s in group.items()]
     offset = 0
     for name, shape in params:
