@@ -72,8 +72,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _core
+from . import _core, import_dcp, import_deepspeed
 from .checkpoint_state import flatten_state
+from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
 
 __all__ = ["ConvertError", "convert", "main"]
 
@@ -159,7 +160,7 @@ def _detect_source(src: str) -> _Source:
             raise ConvertUsageError(
                 f"SRC {src} is a directory convert does not recognize: not a fastpersist "
                 "checkpoint root (it has no committed checkpoint), not a "
-                f"torch.distributed.checkpoint directory (no {_dcp_metadata_file()}), not a "
+                f"torch.distributed.checkpoint directory (no {import_dcp.METADATA_FILE}), not a "
                 "DeepSpeed checkpoint folder (no `latest` file naming a folder with "
                 "*_model_states.pt files)")
         return _Source("checkpoint", os.path.join(src, latest),
@@ -169,22 +170,12 @@ def _detect_source(src: str) -> _Source:
     return _Source("torch", src)  # a torch file, or a file of unknown type tried as one
 
 
-def _dcp_metadata_file() -> str:
-    from .import_dcp import METADATA_FILE
-
-    return METADATA_FILE
-
-
 def _detect_foreign_dir(src: str) -> Optional[_Source]:
     """A DCP directory or a DeepSpeed ZeRO folder, or None for neither."""
-    from .import_dcp import is_dcp_dir, rank_local_metadata
-    from .import_deepspeed import find_deepspeed_checkpoint
-    from .import_errors import ForeignCheckpointError
-
-    if is_dcp_dir(src) or rank_local_metadata(src):
+    if import_dcp.is_dcp_dir(src) or import_dcp.rank_local_metadata(src):
         return _Source("dcp", src, ["the full state, every sharded tensor reassembled whole"])
     try:
-        folder = find_deepspeed_checkpoint(src)
+        folder = import_deepspeed.find_deepspeed_checkpoint(src)
     except ForeignCheckpointError as e:
         raise ConvertError(str(e)) from None
     if folder is None:
@@ -274,16 +265,11 @@ def _load_torch(path: str, unsafe: bool, report: _Report) -> Any:
 
 
 def _load_foreign(src: _Source, unsafe: bool, report: _Report) -> Any:
-    from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
-
     try:
         if src.kind == "dcp":
-            from .import_dcp import load_dcp_dir
-
-            return load_dcp_dir(src.path, weights_only=not unsafe, report=report)
-        from .import_deepspeed import load_deepspeed_dir
-
-        return load_deepspeed_dir(src.path, weights_only=not unsafe, report=report)
+            return import_dcp.load_dcp_dir(src.path, weights_only=not unsafe, report=report)
+        return import_deepspeed.load_deepspeed_dir(src.path, weights_only=not unsafe,
+                                                   report=report)
     except UnsafeForeignObjectError as e:
         raise ConvertError(f"{e}. If you trust this checkpoint, pass --unsafe-pickle (it may "
                            "run arbitrary code while loading)") from None

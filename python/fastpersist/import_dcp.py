@@ -133,9 +133,11 @@ def read_metadata(path: str, *, weights_only: bool = True) -> Any:
         except ForeignCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways
-            raise ForeignCheckpointError(f"{what} is not readable: {type(e).__name__}: {e}") from None
+            raise ForeignCheckpointError(
+                f"{what} is not readable: {type(e).__name__}: {e}") from None
     if not isinstance(metadata, Metadata):
-        raise ForeignCheckpointError(f"{what} holds a {type(metadata).__name__}, not a DCP Metadata")
+        raise ForeignCheckpointError(
+            f"{what} holds a {type(metadata).__name__}, not a DCP Metadata")
     _check_metadata(metadata, path, what)
     return metadata
 
