@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import importlib
 import io
+import math
 import os
 import pickle
 import warnings
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -138,7 +139,10 @@ def read_metadata(path: str, *, weights_only: bool = True) -> Any:
     if not isinstance(metadata, Metadata):
         raise ForeignCheckpointError(
             f"{what} holds a {type(metadata).__name__}, not a DCP Metadata")
-    _check_metadata(metadata, path, what)
+    try:
+        _check_metadata(metadata, path, what)
+    except (AttributeError, TypeError) as e:  # fields missing or of the wrong type
+        raise ForeignCheckpointError(f"{what} is malformed: {type(e).__name__}: {e}") from None
     return metadata
 
 
@@ -183,18 +187,13 @@ def _check_metadata(metadata: Any, path: str, what: str) -> None:
         if not isinstance(fqn, str):
             raise ForeignCheckpointError(f"{what} has a key of type {type(fqn).__name__}")
         if isinstance(item, TensorStorageMetadata):
-            if (not isinstance(item.properties.dtype, torch.dtype)
-                    or not isinstance(item.size, torch.Size)):
-                raise ForeignCheckpointError(f"{what}: {fqn} has no dtype or shape")
-            chunks = [MetadataIndex(fqn, c.offsets) for c in item.chunks]
+            _check_chunks(fqn, item, storage, what)
         elif isinstance(item, BytesStorageMetadata):
-            chunks = [MetadataIndex(fqn)]
+            if MetadataIndex(fqn) not in storage:
+                raise ForeignCheckpointError(f"{what}: {fqn} is not stored in any file")
         else:
             raise ForeignCheckpointError(f"{what}: {fqn} is a {type(item).__name__}")
-        for index in chunks:
-            if index not in storage:
-                raise ForeignCheckpointError(f"{what}: {fqn} (offsets {index.offset}) is not "
-                                             "stored in any file")
+    _check_tensor_format(storage, items, path, what)
     for fqn, obj_path in (metadata.planner_data or {}).items():
         # set_element grows a list up to an index: a list in the state has at most one entry
         # per item, so a larger index can only be an attempt to exhaust memory.
@@ -202,6 +201,67 @@ def _check_metadata(metadata: Any, path: str, what: str) -> None:
                 or any(type(k) is not str and not (type(k) is int and 0 <= k < len(items))
                        for k in obj_path)):
             raise ForeignCheckpointError(f"{what}: the nesting path of {fqn} is {obj_path!r}")
+
+
+def _check_chunks(fqn: str, item: Any, storage: Dict[Any, Any], what: str) -> None:
+    """The tensor's chunks lie inside it and add up to it (what DCP's save planner checks
+    before it writes), and each is stored in at least its bytes (an untransformed torch.save
+    archive holds them all): so the tensors allocated for the state are no larger than the
+    files, and no element is left unread."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    size = item.size
+    if (not isinstance(item.properties.dtype, torch.dtype) or not isinstance(size, torch.Size)
+            or not all(type(d) is int and d >= 0 for d in size)):
+        raise ForeignCheckpointError(f"{what}: {fqn} has no dtype or shape")
+    element = item.properties.dtype.itemsize
+    covered = 0
+    for chunk in item.chunks:
+        offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
+        if (len(offsets) != len(size) or len(sizes) != len(size)
+                or any(type(o) is not int or type(n) is not int or o < 0 or n < 0 or o + n > d
+                       for o, n, d in zip(offsets, sizes, size))):
+            raise ForeignCheckpointError(f"{what}: a chunk of {fqn} (offsets {list(offsets)}, "
+                                         f"sizes {list(sizes)}) is outside its shape "
+                                         f"{list(size)}")
+        info = storage.get(MetadataIndex(fqn, chunk.offsets))
+        if info is None:
+            raise ForeignCheckpointError(f"{what}: {fqn} (offsets {list(offsets)}) is not "
+                                         "stored in any file")
+        numel = math.prod(sizes)
+        if not info.transform_descriptors and info.length < numel * element:
+            raise ForeignCheckpointError(
+                f"{what}: {fqn} (offsets {list(offsets)}) has {numel * element} bytes, but "
+                f"only {info.length} are stored")
+        covered += numel
+    if covered != math.prod(size):
+        raise ForeignCheckpointError(f"{what}: the chunks of {fqn} hold {covered} of its "
+                                     f"{math.prod(size)} elements")
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _check_tensor_format(storage: Dict[Any, Any], items: Dict[str, Any], path: str,
+                         what: str) -> None:
+    """The first tensor item of each file is a torch.save archive (a zip), the format
+    FileSystemReader reads; ``serialization_format=SAFETENSORS`` writes raw bytes instead."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    checked: Set[str] = set()
+    for index, info in storage.items():
+        if (info.relative_path in checked or info.transform_descriptors
+                or not isinstance(items.get(index.fqn), TensorStorageMetadata)):
+            continue
+        checked.add(info.relative_path)
+        with open(os.path.join(path, info.relative_path), "rb") as f:
+            f.seek(info.offset)
+            if f.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:
+                raise ForeignCheckpointError(
+                    f"{what}: the tensor {index.fqn} in {info.relative_path} is not a "
+                    "torch.save archive: written with serialization_format=SAFETENSORS (or by "
+                    "another StorageWriter), which torch's FileSystemReader does not read "
+                    "either; not supported")
 
 
 # ----------------------------------------------------------------------------- loading

@@ -283,3 +283,30 @@ def test_rank_local_metadata_and_unknown_directories(tmp_path: Path) -> None:
     assert "does not recognize" in proc.stderr and ".metadata" in proc.stderr
     assert "DeepSpeed" in proc.stderr
 
+
+
+def test_safetensors_serialization_format_is_refused_clearly(tmp_path: Path) -> None:
+    filesystem = pytest.importorskip("torch.distributed.checkpoint.filesystem")
+    if not hasattr(filesystem, "SerializationFormat"):
+        pytest.skip("this torch's FileSystemWriter has no serialization_format")
+    pytest.importorskip("safetensors")
+    src = tmp_path / "dcp"
+    writer = dcp.FileSystemWriter(str(src),
+                                  serialization_format=filesystem.SerializationFormat.SAFETENSORS)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled")
+        dcp.save({"w": torch.ones(3), "n": 1}, storage_writer=writer, no_dist=True)
+    with pytest.raises(ForeignCheckpointError, match="serialization_format=SAFETENSORS"):
+        load_dcp_dir(str(src))
+
+
+def test_chunks_that_do_not_cover_the_tensor_are_refused(tmp_path: Path) -> None:
+    src = tmp_path / "dcp"
+    dcp_save_here({"w": torch.ones(4, 3)}, src)
+
+    def grow(metadata: Any) -> None:  # a shape far larger than what is stored
+        metadata.state_dict_metadata["w"].size = torch.Size([4 * 10**9, 3])
+
+    _rewrite_metadata(src, grow)
+    with pytest.raises(ForeignCheckpointError, match="chunks of w hold 12 of its"):
+        load_dcp_dir(str(src))
