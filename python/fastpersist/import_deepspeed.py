@@ -97,11 +97,12 @@ STAND_INS: Tuple[Tuple[Any, str], ...] = (
 
 @dataclass
 class ZeroFiles:
-    """The files of one ZeRO checkpoint (one tag), in data parallel rank order."""
+    """The files of one ZeRO checkpoint (one tag folder)."""
 
     folder: str
-    model_files: List[str]
-    optim_files: List[str]
+    model_file: Optional[str]  # mp_rank_00_model_states.pt (stages 1-2)
+    rank_model_files: List[str]  # zero_pp_rank_<r>_mp_rank_00_model_states.pt (stage 3)
+    optim_files: List[str]  # [bf16_]zero_pp_rank_<r>_mp_rank_00_optim_states.pt, by rank
 
 
 # ----------------------------------------------------------------------------- finding
@@ -161,41 +162,34 @@ def find_deepspeed_checkpoint(path: str) -> Optional[str]:
 
 
 def zero_files(folder: str) -> ZeroFiles:
-    """The model and optimizer state files of the tag folder, checked for a complete set."""
+    """The model and optimizer state files of the tag folder, checked for gaps in the ranks."""
+    single: Optional[str] = None
     model: Dict[int, str] = {}
     optim: Dict[int, str] = {}
     for name in sorted(os.listdir(folder)):
-        m = _ZERO_FILE.match(name)
-        mp_rank = int(m.group(2)) if m else None
-        if m is None:
-            single = _MODEL_FILE.match(name)
-            if single is None:
-                continue
-            mp_rank = int(single.group(1))
-        if mp_rank != 0:
+        zero = _ZERO_FILE.match(name)
+        match = zero or _MODEL_FILE.match(name)
+        if match is None:
+            continue
+        if int(match.group(2) if zero else match.group(1)) != 0:  # the model parallel rank
             raise ForeignCheckpointError(
                 f"{folder} holds {name}: a model (tensor or pipeline) parallel checkpoint, whose "
                 "weights are split by layer as well; only model parallel rank 00 is supported")
-        if m is None:
-            model[-1] = name
+        if zero is None:
+            single = os.path.join(folder, name)
         else:
-            table = model if m.group(3) == "model" else optim
-            table[int(m.group(1))] = name
+            (model if zero.group(3) == "model" else optim)[int(zero.group(1))] = name
     if not optim:
         raise ForeignCheckpointError(
             f"{folder} has no *{_OPTIM_SUFFIX} files: not a ZeRO checkpoint (without ZeRO, "
             "mp_rank_00_model_states.pt holds the whole module under 'module': convert that "
-            "file with --prefix module.)")
-    if not model:
-        raise ForeignCheckpointError(f"{folder} has no *{_MODEL_SUFFIX} file")
+            "file, with --prefix module.)")
     for table, kind in ((optim, "optimizer"), (model, "model")):
-        ranks = [r for r in table if r >= 0]
-        missing = [r for r in range(max(ranks) + 1) if r not in table] if ranks else []
+        missing = [r for r in range(max(table) + 1) if r not in table] if table else []
         if missing:
             raise ForeignCheckpointError(f"{folder} lacks the {kind} states of rank(s) "
                                          f"{', '.join(map(str, missing))}")
-    ranks = sorted(model)
-    return ZeroFiles(folder, [os.path.join(folder, model[r]) for r in ranks],
+    return ZeroFiles(folder, single, [os.path.join(folder, model[r]) for r in sorted(model)],
                      [os.path.join(folder, optim[r]) for r in sorted(optim)])
 
 
@@ -416,8 +410,9 @@ def load_deepspeed_dir(path: str, *, weights_only: bool = True,
                                      f"*{_MODEL_SUFFIX} in it or in the folder its "
                                      f"{LATEST_FILE} names)")
     files = zero_files(folder)
-    total = sum(os.path.getsize(f) for f in files.model_files + files.optim_files)
-    done = 0
+    # Stage 3 writes a model states file per rank, stages 1-2 one: the stage is checked below.
+    model_files = files.rank_model_files or ([files.model_file] if files.model_file else [])
+    done, total = 0, sum(os.path.getsize(f) for f in files.optim_files + model_files)
 
     def read(f: str) -> None:
         nonlocal done
@@ -438,10 +433,13 @@ def load_deepspeed_dir(path: str, *, weights_only: bool = True,
         raise ForeignCheckpointError(
             f"{folder} holds {len(optims)} optimizer state file(s) but was saved by {world} "
             "ranks: an incomplete or overwritten checkpoint")
-    if stage == 3 and len(files.model_files) != world:
-        raise ForeignCheckpointError(f"{folder} holds {len(files.model_files)} model state "
-                                     f"file(s) for a ZeRO-3 checkpoint of {world} ranks")
-    model_files = files.model_files if stage == 3 else files.model_files[:1]
+    if stage == 3 and len(files.rank_model_files) != world:
+        raise ForeignCheckpointError(f"{folder} holds {len(files.rank_model_files)} per-rank "
+                                     f"model state file(s) for a ZeRO-3 checkpoint of {world} "
+                                     "ranks")
+    if stage < 3 and (files.model_file is None or files.rank_model_files):
+        raise ForeignCheckpointError(f"{folder}: a ZeRO-{stage} checkpoint has one model state "
+                                     f"file, mp_rank_00{_MODEL_SUFFIX}")
     models: List[_ModelStates] = []
     for f in model_files:
         models.append(_model_states(f, weights_only))
