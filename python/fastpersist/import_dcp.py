@@ -67,7 +67,9 @@ def _planner(weights_only: bool, metadata: Any, report: _Report) -> Any:
             report(done[0], total)
 
     class Planner(_EmptyStateDictLoadPlanner):  # type: ignore[misc]
-        loaded: Dict[str, Any] = {}
+        def __init__(self) -> None:
+            super().__init__()
+            self.loaded: Dict[str, Any] = {}
 
         def set_up_planner(self, state_dict: Dict[str, Any], metadata: Any = None,
                            is_coordinator: bool = False) -> None:
@@ -135,7 +137,7 @@ def load_dcp_dir(path: str, *, weights_only: bool = True, report: _Report = None
         with warnings.catch_warnings():
             # "torch.distributed is disabled ...: assuming the intent is to load in a single
             # process": that is the intent.
-            warnings.simplefilter("ignore", UserWarning)
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
             dcp_load({}, storage_reader=_reader(path, metadata), planner=planner, no_dist=True)
     except CheckpointException as e:
         failures = list(e.failures.values())
