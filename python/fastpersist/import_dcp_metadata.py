@@ -20,6 +20,7 @@ a hostile file says. :func:`read_metadata` instead
 from __future__ import annotations
 
 import importlib
+import io
 import math
 import os
 import pickle
@@ -30,7 +31,7 @@ import torch
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
 
 __all__ = ["METADATA_FILE", "METADATA_GLOBALS", "is_dcp_dir", "rank_local_metadata",
-           "read_metadata"]
+           "read_metadata", "unpickle_metadata"]
 
 METADATA_FILE = ".metadata"
 
@@ -98,6 +99,23 @@ class _MetadataUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:  # noqa: D102
         raise pickle.UnpicklingError(f"{self._what} has a persistent id {pid!r}")
+
+
+def unpickle_metadata(data: bytes, what: str) -> Any:
+    """DCP ``Metadata`` pickled in `data`, unpickled with the restricted loader (DCP's metadata
+    classes and torch's weights-only allowlist only; fastpersist.dcp writes its metadata this
+    way too). ForeignCheckpointError / UnsafeForeignObjectError say what is wrong."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(data), what).load()
+    except (ForeignCheckpointError, UnsafeForeignObjectError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways
+        raise ForeignCheckpointError(f"{what} is not readable: {type(e).__name__}: {e}") from None
+    if not isinstance(metadata, Metadata):
+        raise ForeignCheckpointError(f"{what} holds a {type(metadata).__name__}, not a DCP Metadata")
+    return metadata
 
 
 def read_metadata(path: str, *, weights_only: bool = True) -> Any:

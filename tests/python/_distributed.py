@@ -73,7 +73,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
         raise AssertionError(f"rank {hung} still ran after {timeout} s (a hang); failures: {failed}")
     exits = {rank: p.exitcode for rank, p in enumerate(procs)}
     if not expect_failure and (failed or any(code != 0 for code in exits.values())):
-        raise AssertionError(f"ranks failed (exit codes {exits}):\n" +
+        raise AssertionError(f"{fn.__name__} on {world_size} ranks failed (exit codes {exits}):\n" +
                              "\n".join(f"--- rank {r}:\n{t}" for r, t in sorted(failed.items())))
     for rank, code in exits.items():
         if code != 0 and rank not in failed:
