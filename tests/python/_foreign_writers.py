@@ -15,10 +15,11 @@ checkpoints with the real tools, in real processes (torch.multiprocessing, gloo 
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 import sys
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 import torch
 import torch.multiprocessing as mp
@@ -135,13 +136,40 @@ def _deepspeed_rank(rank: int, world: int, stage: int, bf16: bool, out: str, por
         torch.save(reference, os.path.join(out, "reference.pt"))
 
 
+def _rank(rank: int, fn: Callable[..., None], *args: Any) -> None:
+    """Runs one rank's `fn`; once it succeeded and every rank got there, the process ends
+    without interpreter finalization. torch's gloo worker threads can outlive the process
+    group and free the last collective's tensors after the interpreter began to finalize,
+    which aborts the process ("terminate called without an active exception"; see
+    _distributed.py). A failure propagates, and torch.multiprocessing reports it."""
+    import torch.distributed as dist
+
+    fn(rank, *args)
+    if dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _remove_deepspeed_shm(port: int) -> None:
+    """DeepSpeed's CPU all-reduce leaves a shared-memory buffer per rank in /dev/shm (64 MiB
+    each, named after the uid and the port) that nothing unlinks."""
+    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
+        os.unlink(path)
+
+
 def main(argv: list) -> None:
+    port = _free_port()
     if argv[0] == "dcp":
         out, world = argv[1], int(argv[2])
-        mp.spawn(_dcp_rank, args=(world, out, _free_port()), nprocs=world)
+        mp.spawn(_rank, args=(_dcp_rank, world, out, port), nprocs=world)
     elif argv[0] == "deepspeed":
         out, stage, world, bf16 = argv[1], int(argv[2]), int(argv[3]), argv[4] == "1"
-        mp.spawn(_deepspeed_rank, args=(world, stage, bf16, out, _free_port()), nprocs=world)
+        try:
+            mp.spawn(_rank, args=(_deepspeed_rank, world, stage, bf16, out, port), nprocs=world)
+        finally:
+            _remove_deepspeed_shm(port)
     else:
         raise SystemExit(f"unknown writer {argv[0]!r}")
 
