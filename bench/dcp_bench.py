@@ -160,7 +160,11 @@ def timed(fn: Callable[[], Any]) -> float:
 def clear_outputs(folder: str, rank: int) -> None:
     if rank == 0:
         for name in os.listdir(folder):
-            shutil.rmtree(os.path.join(folder, name))
+            path = os.path.join(folder, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
         os.sync()
     dist.barrier()
 
