@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `fastpersist convert SRC DST`: torch files (.pt/.pth/.bin) <-> .safetensors <-> checkpoint
-// directories. Reading and writing torch pickles needs torch, so this command runs Python:
+// directories, and imports of torch.distributed.checkpoint and DeepSpeed ZeRO folders. Reading
+// and writing torch pickles needs torch, so this command runs Python:
 //
 //   <python> -c <bootstrap> [options] -- SRC DST      (the bootstrap runs fastpersist.convert)
 //
@@ -132,9 +133,11 @@ Command add_convert_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "convert",
       "Convert between torch files (.pt/.pth/.bin), .safetensors files and checkpoint "
-      "directories (runs Python: needs fastpersist and torch there)");
+      "directories; import torch.distributed.checkpoint directories and DeepSpeed ZeRO "
+      "folders (runs Python: needs fastpersist and torch there)");
   app->add_option("SRC", args->src,
-                  "Torch file, .safetensors file, checkpoint directory, or root (its latest)")
+                  "Torch file, .safetensors file, checkpoint directory, root (its latest), "
+                  "torch.distributed.checkpoint directory, or DeepSpeed ZeRO checkpoint folder")
       ->required();
   app->add_option("DST", args->dst,
                   "*.safetensors, *.pt/.pth/.bin/.ckpt (torch format), or anything else: a new "
@@ -147,8 +150,9 @@ Command add_convert_command(CLI::App& parent) {
   app->add_flag("--drop-non-tensors", args->drop_non_tensors,
                 "Safetensors DST: leave out non-tensor values instead of failing");
   app->add_flag("--unsafe-pickle", args->unsafe_pickle,
-                "Load torch files and checkpoint objects with weights_only=False (runs "
-                "arbitrary pickled code: only for files you trust)");
+                "Load torch files, checkpoint objects and the pickles of DCP and DeepSpeed "
+                "checkpoints with weights_only=False (runs arbitrary pickled code: only for "
+                "files you trust)");
   app->add_flag("--overwrite", args->overwrite, "Replace an existing DST file");
   auto* progress_flag =
       app->add_flag("--progress", args->progress,

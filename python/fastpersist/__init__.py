@@ -20,7 +20,7 @@ from __future__ import annotations
 from . import _core
 from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_io, resolve_backend
 from .aio_handle import AioHandle, IoStats, aio_handle
-from .errors import CheckpointCorruptError, CheckpointLockedError
+from .errors import CheckpointCorruptError, CheckpointLockedError, DistributedCheckpointError
 from .maintenance import StaleFiles, clean_stale_temp_files
 from .serialization import load, read_file, save
 from .writer import FastFileWriter, MockFileWriter, PyFileWriter
@@ -51,6 +51,7 @@ __version__: str = _core.__version__
 __all__ = [
     "AioHandle",
     "CheckpointCorruptError",
+    "DistributedCheckpointError",
     "CheckpointInfo",
     "CheckpointLockedError",
     "CheckpointManager",

@@ -29,7 +29,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch.utils.dlpack import to_dlpack
@@ -42,6 +42,9 @@ from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
 from .errors import CheckpointCorruptError
 from .writer import engine_options
+
+if TYPE_CHECKING:
+    from .distributed import DistributedCheckpoints
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -207,6 +210,14 @@ class CheckpointManager:
         checksums: XXH3-64 of every tensor, computed while staging and checked on load [True].
             Off, loads and ``verify`` check sizes and headers only.
         backend, block_size, queue_depth, intra_op_parallelism: I/O engine settings.
+        distributed: save and load together with the other ranks of torch.distributed
+            [None: when it is initialized with more than one rank]. Every rank then creates
+            the manager and makes the same calls in the same order (they are collectives);
+            state may hold DTensors (sharded by FSDP2, tensor or ZeRO-style parallelism) and
+            replicated tensors, written once with the writing split over the ranks; rank 0
+            commits and holds the root's lock. See docs/distributed.md.
+        timeout: seconds a multi-rank save or call waits for another rank before it fails
+            naming the ranks that did not answer [600].
     """
 
     def __init__(
@@ -228,19 +239,29 @@ class CheckpointManager:
         block_size: Optional[int] = None,
         queue_depth: Optional[int] = None,
         intra_op_parallelism: Optional[int] = None,
+        distributed: Optional[bool] = None,
+        timeout: Optional[float] = None,
     ) -> None:
         self._root = os.fspath(root)
-        o = checkpoint_options(
-            {"max_in_flight": max_in_flight, "staging_budget": staging_budget,
-             "staging_window": staging_window, "lock_staging_memory": lock_staging_memory,
-             "max_parallel_files": max_parallel_files, "target_file_size": target_file_size,
-             "min_file_size": min_file_size, "durable": durable, "checksums": checksums,
-             "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
-             "intra_op_parallelism": intra_op_parallelism},
-            keep_last, keep_every)
+        settings = {"max_in_flight": max_in_flight, "staging_budget": staging_budget,
+                    "staging_window": staging_window, "lock_staging_memory": lock_staging_memory,
+                    "max_parallel_files": max_parallel_files, "target_file_size": target_file_size,
+                    "min_file_size": min_file_size, "durable": durable, "checksums": checksums,
+                    "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
+                    "intra_op_parallelism": intra_op_parallelism}
+        o = checkpoint_options(settings, keep_last, keep_every)
         self._engine_options = o.engine
         self._options = o  # what the C++ manager was opened with (defaults filled in)
-        self._core = _core.CheckpointManager(self._root, o)
+        self._dist: Optional["DistributedCheckpoints"] = None
+        if _is_distributed(distributed):
+            from .distributed import DEFAULT_TIMEOUT, DistributedCheckpoints  # torch.distributed
+
+            given = {k: v for k, v in settings.items() if v is not None and k != "max_in_flight"}
+            self._dist = DistributedCheckpoints(self._root, o, given,
+                                                DEFAULT_TIMEOUT if timeout is None else float(timeout))
+            self._core = self._dist.core  # rank 0's C++ manager (None on the other ranks)
+        else:
+            self._core = _core.CheckpointManager(self._root, o)
         self._handles: List[SaveHandle] = []
         self._hooks: List[Any] = []
         _OPEN_MANAGERS.add(self)
@@ -273,6 +294,12 @@ class CheckpointManager:
         metadata_json = json.dumps(metadata if metadata is not None else {})
         if not metadata_json.startswith("{"):
             raise TypeError("metadata must be a dict of JSON-serializable values")
+        if self._dist is not None:
+            _core.validate_tag(tag)
+            self._forget_finished()
+            handle = SaveHandle(self._dist.save_async(tag, state, step, metadata), [])
+            self._handles.append(handle)
+            return handle
         flat = flatten_state(state)
         keepalive: List[torch.Tensor] = []
         # (name, dtype, shape, DLPack capsule of the tensor): C++ reads the memory, its length
@@ -306,16 +333,23 @@ class CheckpointManager:
     @property
     def staging_bytes(self) -> int:
         """Staging memory allocated now (kept for reuse by later saves; at most the budget)."""
+        if self._dist is not None:
+            writer = self._dist.writer._shard_writer
+            return 0 if writer is None else int(writer.staging_bytes)
         return int(self._core_manager().staging_bytes)
 
     def wait(self) -> None:
         """Waits for every save in flight; raises the first failure nobody collected."""
-        self._core_manager().wait_all()
+        if self._dist is not None:
+            self._dist.wait()
+        else:
+            self._core_manager().wait_all()
         self._forget_finished()
 
     def wait_snapshots(self) -> None:
         """Waits until every in-flight save has snapshotted its tensors."""
-        self._core_manager().wait_snapshots()
+        if self._dist is None:  # multi-rank saves snapshot before save_async returns
+            self._core_manager().wait_snapshots()
 
     def hook_optimizer(self, optimizer: torch.optim.Optimizer) -> Any:
         """Makes ``optimizer.step()`` wait until pending snapshots are taken.
@@ -332,13 +366,16 @@ class CheckpointManager:
 
     def close(self) -> None:
         """Finishes in-flight saves and releases the root; raises an uncollected failure."""
-        if self._core.closed:
+        if self.closed:
             return
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
         try:
-            self._core.close()
+            if self._dist is not None:
+                self._dist.close()
+            else:
+                self._core.close()
         finally:
             for h in self._handles:
                 h._report_retention()
@@ -352,9 +389,13 @@ class CheckpointManager:
         self.close()
 
     # ----------------------------------------------------------------------- listing/loading
+    @property
+    def closed(self) -> bool:
+        return self._dist.closed if self._dist is not None else bool(self._core.closed)
+
     def checkpoints(self) -> List[CheckpointInfo]:
-        """Committed checkpoints, oldest to newest."""
-        infos, _ = _core.list_checkpoints(self._root)
+        """Committed checkpoints, oldest to newest (multi-rank: rank 0's answer, on every rank)."""
+        infos = self._agreed(lambda: _core.list_checkpoints(self._root)[0])
         return [CheckpointInfo(**i) for i in infos]
 
     def list(self) -> List[str]:
@@ -363,7 +404,7 @@ class CheckpointManager:
 
     def latest(self) -> Optional[str]:
         """The newest committed tag (as the ``latest`` pointer names it), or None."""
-        return _core.latest_checkpoint(self._root)
+        return self._agreed(lambda: _core.latest_checkpoint(self._root))
 
     def path(self, tag: str) -> str:
         return os.path.join(self._root, tag)
@@ -404,6 +445,13 @@ class CheckpointManager:
                 through it in pieces; a ``map_location`` device move follows the host load.
             weights_only: restrict what the sidecar may unpickle (see checkpoint_state).
         """
+        if self._dist is not None:
+            for given, what in ((keys, "keys="), (dtype, "dtype="), (max_memory, "max_memory=")):
+                if given is not None:
+                    raise ValueError(f"fastpersist: {what} is not supported by a multi-rank load "
+                                     "(into= decides what each rank reads)")
+            directory = self.path(self._agreed(lambda: self._resolve(tag)))
+            return self._dist.load(directory, into, verify, strict)
         name = self._resolve(tag)
         return load_checkpoint_dir(
             self.path(name), self._engine_options, into=into, map_location=map_location,
@@ -418,7 +466,7 @@ class CheckpointManager:
         listing's checks (a missing or truncated file, a manifest that does not decode), then,
         newest first, those whose bytes do not match their checksums.
         """
-        infos, damaged = _core.list_checkpoints(self._root)
+        infos, damaged = self._agreed(lambda: _core.list_checkpoints(self._root))
         for entry in damaged:
             warnings.warn(f"fastpersist: skipping damaged checkpoint {entry}", stacklevel=2)
         for info in reversed([CheckpointInfo(**i) for i in infos]):
@@ -432,12 +480,14 @@ class CheckpointManager:
     def verify(self, tag: Union[int, str] = "latest",
                progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
         """Checks every byte of a checkpoint; returns the problems found (empty when intact)."""
-        problems, _, _ = _core.verify_checkpoint(self.path(self._resolve(tag)), self._engine_options,
-                                              progress)
-        return list(problems)
+        def check() -> List[str]:
+            problems, _, _ = _core.verify_checkpoint(self.path(self._resolve(tag)),
+                                                     self._engine_options, progress)
+            return list(problems)
+        return list(self._agreed(check))
 
     def remove(self, tag: Union[int, str]) -> None:
-        self._core_manager().remove(tag_for(tag))
+        self._agreed(lambda: self._core_manager().remove(tag_for(tag)))
 
     def prune(self, keep_last: Optional[int] = None, keep_every: Optional[int] = None, *,
               verify: bool = False) -> List[str]:
@@ -447,7 +497,7 @@ class CheckpointManager:
         and checked against their checksums first: one that fails does not count, so an older
         intact one stays, and it is warned about (kept while it is the newest).
         """
-        removed, damaged = self._core_manager().prune(keep_last, keep_every, verify)
+        removed, damaged = self._agreed(lambda: self._core_manager().prune(keep_last, keep_every, verify))
         for entry in damaged:
             warnings.warn(f"fastpersist: damaged checkpoint (fails verification): {entry}",
                           stacklevel=2)
@@ -462,20 +512,26 @@ class CheckpointManager:
                          max_shard_size=max_shard_size)
 
     # ---------------------------------------------------------------------------- helpers
+    def _agreed(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` here; with several ranks, rank 0's result (or error) on every rank."""
+        return fn() if self._dist is None else self._dist.on_coordinator(fn)
+
     def _resolve(self, tag: Union[int, str]) -> str:
+        """The tag `tag` names (no collective: with several ranks, callers run it on rank 0)."""
         if tag == _core.layout.LATEST_FILE_NAME:
-            latest = self.latest()
+            latest = _core.latest_checkpoint(self._root)
             if latest is None:
                 raise FileNotFoundError(f"no committed checkpoint under {self._root}")
             return latest
         name = tag_for(tag)
         if not os.path.isdir(self.path(name)):
+            committed = [i["tag"] for i in _core.list_checkpoints(self._root)[0]]
             raise FileNotFoundError(f"no checkpoint {name!r} under {self._root} "
-                                    f"(committed: {', '.join(self.list()) or 'none'})")
+                                    f"(committed: {', '.join(committed) or 'none'})")
         return name
 
     def _core_manager(self) -> Any:
-        if self._core.closed:
+        if self.closed:
             raise ValueError(f"the CheckpointManager for {self._root} is closed")
         return self._core
 
@@ -489,7 +545,23 @@ class CheckpointManager:
         self._handles = keep
 
     def __repr__(self) -> str:
-        return f"<CheckpointManager {self._root}{' closed' if self._core.closed else ''}>"
+        return f"<CheckpointManager {self._root}{' closed' if self.closed else ''}>"
+
+
+def _is_distributed(distributed: Optional[bool]) -> bool:
+    """Whether a manager works with the other ranks of torch.distributed: when asked, else
+    when it is initialized with more than one rank."""
+    if distributed is False:
+        return False
+    import torch.distributed as dist
+
+    ready = dist.is_available() and dist.is_initialized()
+    if distributed is None:
+        return ready and dist.get_world_size() > 1
+    if not ready:
+        raise RuntimeError("fastpersist: CheckpointManager(distributed=True) needs "
+                           "torch.distributed.init_process_group() first")
+    return True
 
 
 def load_checkpoint(path: PathLike, **load_args: Any) -> Any:

@@ -94,6 +94,21 @@ def _wrap(buffer: Any, offset: int, nbytes: int, dtype: torch.dtype,
                             offset=offset).reshape(tuple(shape))
 
 
+def written_through_dcp(manifest: Any) -> bool:
+    """Whether a checkpoint was written through torch.distributed.checkpoint (fastpersist.dcp)."""
+    return any(f.name == _core.layout.DCP_METADATA_FILE_NAME for f in manifest.files)
+
+
+def _to_device(state: Any, device: torch.device) -> Any:
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    if isinstance(state, dict):
+        return {k: _to_device(v, device) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_to_device(v, device) for v in state)
+    return state
+
+
 def load_checkpoint_dir(
     path: str,
     engine_options: Any,
@@ -117,6 +132,17 @@ def load_checkpoint_dir(
     blanket, by_name = _dtypes(dtype)
     reader = _core.CheckpointReader(str(path), engine_options)
     manifest = reader.manifest
+    if written_through_dcp(manifest):
+        # DCP plans this load (reassembling every rank's blocks); progress is not reported.
+        for given, what in ((keys, "keys="), (dtype, "dtype="), (max_memory, "max_memory=")):
+            if given is not None:
+                raise ValueError(f"fastpersist: {what} is not supported for a checkpoint written "
+                                 "through torch.distributed.checkpoint")
+        from .dcp import load_dcp_checkpoint  # torch.distributed, only for such checkpoints
+
+        state = load_dcp_checkpoint(str(path), into=into, verify=verify, strict=strict,
+                                    unsafe_objects=not weights_only)
+        return state if device is None else _to_device(state, device)
     dest: Dict[str, torch.Tensor] = flatten_into(into) if into is not None else {}
     names = _names(keys, manifest, dest)
     dest_items = list(dest.items())

@@ -19,6 +19,18 @@
   unpickled by torch, as :func:`fastpersist.load` does). A file of unknown type is tried as a
   torch file. A directory with a checkpoint's data files but no ``manifest.json`` is an
   incomplete or foreign checkpoint directory: not a committed checkpoint, so it is refused.
+  Two foreign formats are imported, so users can migrate (a directory is looked at for them
+  before it is taken as a root):
+
+  - a directory written by torch.distributed.checkpoint's ``FileSystemWriter`` (``.metadata``
+    and ``__<rank>_<i>.distcp`` files), by any number of ranks: its full, unsharded state
+    (:mod:`fastpersist.import_dcp`);
+  - a DeepSpeed ZeRO checkpoint folder (stages 1-3; the folder with ``latest``, or one of its
+    tag folders ``global_stepN``), what DeepSpeed's ``zero_to_fp32.py`` takes: its fp32 model
+    weights (:mod:`fastpersist.import_deepspeed`).
+
+  Their pickles are loaded with the restricted loaders of those modules unless
+  ``--unsafe-pickle``. Any other directory is refused, saying what convert looked for.
 - DST: ``*.safetensors`` is a safetensors file; ``*.pt``, ``*.pth``, ``*.bin``, ``*.ckpt`` a torch
   file (written with :func:`fastpersist.save`, loadable by ``torch.load``); anything else is a new
   checkpoint directory ``ROOT/TAG`` written with :class:`fastpersist.CheckpointManager`, where
@@ -60,8 +72,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _core
+from . import _core, import_dcp, import_deepspeed
 from .checkpoint_state import flatten_state
+from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
 
 __all__ = ["ConvertError", "convert", "main"]
 
@@ -70,6 +83,8 @@ SAFETENSORS_SUFFIX = ".safetensors"
 _Kind = _core.PathKind
 MANIFEST = _core.layout.MANIFEST_FILE_NAME
 _MAX_LISTED = 8
+# How the summary line names a source kind where its name is not enough.
+_SOURCE_NAMES = {"dcp": "DCP checkpoint", "deepspeed": "DeepSpeed ZeRO checkpoint"}
 
 
 # progress(phase, path, done, total): phase "read" (of SRC) or "write" (of DST), in bytes.
@@ -97,7 +112,7 @@ class ConvertUsageError(ConvertError):
 
 @dataclass
 class _Source:
-    kind: str  # "torch", "safetensors", "checkpoint"
+    kind: str  # "torch", "safetensors", "checkpoint", "dcp", "deepspeed"
     path: str
     notes: List[str] = field(default_factory=list)
 
@@ -137,15 +152,40 @@ def _detect_source(src: str) -> _Source:
                            "damaged checkpoint, or files another tool wrote "
                            "(`fastpersist verify` says more)")
     if info.kind == _Kind.ROOT:
+        foreign = _detect_foreign_dir(src)
+        if foreign is not None:
+            return foreign
         latest = _core.latest_checkpoint(src)
         if latest is None:
-            raise ConvertUsageError(f"SRC {src} is {info.description} without committed "
-                                    "checkpoints")
+            raise ConvertUsageError(
+                f"SRC {src} is a directory convert does not recognize: not a fastpersist "
+                "checkpoint root (it has no committed checkpoint), not a "
+                f"torch.distributed.checkpoint directory (no {import_dcp.METADATA_FILE}), not a "
+                "DeepSpeed checkpoint folder (no `latest` file naming a folder with "
+                "*_model_states.pt files)")
         return _Source("checkpoint", os.path.join(src, latest),
                        [f"{src} is a checkpoint root: converting its latest checkpoint, {latest}"])
     if info.kind == _Kind.SAFETENSORS:
         return _Source("safetensors", src)
     return _Source("torch", src)  # a torch file, or a file of unknown type tried as one
+
+
+def _detect_foreign_dir(src: str) -> Optional[_Source]:
+    """A DCP directory or a DeepSpeed ZeRO folder, or None for neither."""
+    if import_dcp.is_dcp_dir(src) or import_dcp.rank_local_metadata(src):
+        return _Source("dcp", src, ["the full state, every sharded tensor reassembled whole"])
+    try:
+        folder = import_deepspeed.find_deepspeed_checkpoint(src)
+    except ForeignCheckpointError as e:
+        raise ConvertError(str(e)) from None
+    if folder is None:
+        return None
+    notes = ["the fp32 model weights (from the optimizer's master copy); the optimizer's "
+             "state is not converted"]
+    if os.path.normpath(folder) != os.path.normpath(src):
+        notes.insert(0, f"{src} is a DeepSpeed checkpoint folder: converting the tag its "
+                        f"latest file names, {os.path.basename(folder)}")
+    return _Source("deepspeed", folder, notes)
 
 
 def _detect_destination(dst: str, tag: Optional[str], overwrite: bool) -> _Destination:
@@ -224,9 +264,24 @@ def _load_torch(path: str, unsafe: bool, report: _Report) -> Any:
                            f"({type(e).__name__}: {e})") from None
 
 
+def _load_foreign(src: _Source, unsafe: bool, report: _Report) -> Any:
+    try:
+        if src.kind == "dcp":
+            return import_dcp.load_dcp_dir(src.path, weights_only=not unsafe, report=report)
+        return import_deepspeed.load_deepspeed_dir(src.path, weights_only=not unsafe,
+                                                   report=report)
+    except UnsafeForeignObjectError as e:
+        raise ConvertError(f"{e}. If you trust this checkpoint, pass --unsafe-pickle (it may "
+                           "run arbitrary code while loading)") from None
+    except ForeignCheckpointError as e:
+        raise ConvertError(str(e)) from None
+
+
 def _load(src: _Source, unsafe: bool, prefix: Optional[str], report: _Report) -> Any:
     if src.kind == "torch":
         return _load_torch(src.path, unsafe, report)
+    if src.kind in ("dcp", "deepspeed"):
+        return _load_foreign(src, unsafe, report)
     if src.kind == "safetensors":
         from .safetensors_io import load_safetensors, safetensors_header, tensors_from_buffer
         from .serialization import read_file
@@ -235,11 +290,13 @@ def _load(src: _Source, unsafe: bool, prefix: Optional[str], report: _Report) ->
             return load_safetensors(src.path)
         return tensors_from_buffer(src.path, safetensors_header(src.path),
                                    read_file(src.path, progress=report))
-    from .checkpoint_loading import load_checkpoint_dir
+    from .checkpoint_loading import load_checkpoint_dir, written_through_dcp
     from .checkpoint_state import UnsafeCheckpointObjectError
     from .writer import engine_options
 
     keys = None if prefix is None else (lambda n: n.startswith(prefix))
+    if written_through_dcp(_core.CheckpointReader(src.path, engine_options()).manifest):
+        keys = None  # DCP reassembles the whole state; the prefix is applied afterwards
     try:
         return load_checkpoint_dir(src.path, engine_options(), keys=keys,
                                    weights_only=not unsafe, progress=report)
@@ -416,7 +473,8 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
         finally:
             manager.close()
         written = f"checkpoint {dest.path} (root {dest.root}, tag {dest.tag})"
-    lines = [f"converted {source.kind} {source.path} -> {written}: "
+    what = _SOURCE_NAMES.get(source.kind, source.kind)
+    lines = [f"converted {what} {source.path} -> {written}: "
              f"{count} tensor{'s' if count != 1 else ''}, {_human(nbytes)}"]
     return lines + [f"note: {n}" for n in notes]
 
@@ -425,20 +483,23 @@ def _parser(prog: Optional[str]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog or "python -m fastpersist.convert",
         description="Convert between torch files (.pt/.pth/.bin/.ckpt), .safetensors files and "
-                    "fastpersist checkpoint directories.",
+                    "fastpersist checkpoint directories; import torch.distributed.checkpoint "
+                    "directories and DeepSpeed ZeRO checkpoint folders.",
         epilog="DST *.safetensors: a safetensors file; *.pt/.pth/.bin/.ckpt: a torch file; "
                "anything else: a new checkpoint directory ROOT/TAG (or ROOT with --tag TAG). "
                "Exit status: 0 done, 1 failed, 2 bad arguments.")
     p.add_argument("src", metavar="SRC",
-                   help="torch file, .safetensors file, checkpoint directory, or root (its latest)")
+                   help="torch file, .safetensors file, checkpoint directory, root (its latest), "
+                        "torch.distributed.checkpoint directory, or DeepSpeed ZeRO folder")
     p.add_argument("dst", metavar="DST", help="where to write (the format follows from the name)")
     p.add_argument("--tag", help="checkpoint DST: DST is the root, TAG the new checkpoint's tag")
     p.add_argument("--prefix", help="only tensors whose name starts with PREFIX, stripped of it")
     p.add_argument("--drop-non-tensors", action="store_true",
                    help="safetensors DST: leave out non-tensor values instead of failing")
     p.add_argument("--unsafe-pickle", action="store_true",
-                   help="torch.load / checkpoint objects with weights_only=False (runs pickled "
-                        "code: only for files you trust)")
+                   help="torch.load / checkpoint objects / DCP metadata and values / DeepSpeed "
+                        "files with weights_only=False (runs pickled code: only for files you "
+                        "trust)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST file")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--progress", action="store_true", default=None,

@@ -5,7 +5,8 @@ DCP plans (which rank writes which item, resharding on load); fastpersist moves 
 commits. A checkpoint written this way is a fastpersist checkpoint like any other
 (docs/format.md): ``<root>/<tag>/`` with ``manifest.json`` listing every rank's data files,
 every tensor block (with its ``global_shape`` and ``shard_offsets``) and every checksum, plus
-DCP's ``Metadata`` in ``dcp-metadata.pt``. ``fastpersist list/inspect/verify/prune`` and
+DCP's ``Metadata`` in ``dcp-metadata.pt`` (pickled; read back by a loader that resolves only
+DCP's metadata classes, shared with the importer of DCP's own checkpoints). ``fastpersist list/inspect/verify/prune`` and
 :class:`fastpersist.CheckpointManager` work on it unchanged.
 
 Saving, with ``dcp.save(state, storage_writer=FastPersistWriter("<root>/<tag>"))``:
@@ -35,12 +36,14 @@ import dataclasses
 import io
 import json
 import os
+import pickle
 import threading
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint import load as dcp_load
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
@@ -52,6 +55,7 @@ from torch.distributed.checkpoint.planner import (
     WriteItem,
     WriteItemType,
 )
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 from torch.utils.dlpack import to_dlpack
@@ -62,17 +66,11 @@ from ._tensor_source import source_tensor
 from .checkpoint_loading import _destination, _wrap
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, SAFETENSORS_TO_DTYPE, UnsafeCheckpointObjectError
 from .errors import CheckpointCorruptError
+from .import_dcp_metadata import unpickle_metadata
 
-__all__ = ["FastPersistReader", "FastPersistWriter"]
+__all__ = ["FastPersistReader", "FastPersistWriter", "load_dcp_checkpoint"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-# The classes DCP's Metadata is made of: the only globals its file may name (weights_only).
-_METADATA_CLASSES: List[Any] = [
-    dcp_metadata.Metadata, dcp_metadata.TensorStorageMetadata, dcp_metadata.BytesStorageMetadata,
-    dcp_metadata.ChunkStorageMetadata, dcp_metadata.TensorProperties, dcp_metadata.MetadataIndex,
-    dcp_metadata.StorageMeta, dcp_metadata._MEM_FORMAT_ENCODING,
-]
 
 
 def stored_name(fqn: str, offsets: Sequence[int], sizes: Sequence[int], global_size: Sequence[int]) -> str:
@@ -150,6 +148,8 @@ class FastPersistWriter(StorageWriter):
         # A CheckpointManager (C++) that holds the root's lock and commits for us (the
         # multi-rank CheckpointManager sets it); otherwise the coordinator opens one per save.
         self._committer: Any = None
+        self._retention_error = ""  # why retention failed after this writer's last commit
+        self._bytes_written = 0     # by this process in the last save
 
     # ------------------------------------------------------------------ pickling (process mode)
     def _native_reset(self) -> None:
@@ -214,6 +214,7 @@ class FastPersistWriter(StorageWriter):
         options = checkpoint_options(self._settings)
         results = _write_rank(self._rank_writer(target.rank, options), target, plan.items, planner,
                               bool(options.durable), bool(options.checksums))
+        self._bytes_written = sum(f.size for r in results[:1] for f in r.storage_data.files)
         return _done(results)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
@@ -234,15 +235,14 @@ class FastPersistWriter(StorageWriter):
                     elif written.blob is not None:
                         storage[r.index] = ("bytes",) + tuple(written.blob)
             metadata.storage_data = storage
-            buffer = io.BytesIO()
-            torch.save(metadata, buffer)
             options = checkpoint_options(self._settings)
             files.append(_core.write_sidecar_file(
-                commit.directory, _core.layout.DCP_METADATA_FILE_NAME, buffer.getvalue(),
+                commit.directory, _core.layout.DCP_METADATA_FILE_NAME, pickle.dumps(metadata),
                 bool(options.durable), bool(options.checksums), None))
             versions = {"torch": torch.__version__, "writer": "fastpersist.dcp"}
             commit.commit(files, tensors, self._step, json.dumps(self._metadata), versions,
                           len(results), bool(options.checksums), {})
+            self._retention_error = commit.retention_error
         finally:
             self._commit = None
             if commit.finished is False:
@@ -446,12 +446,11 @@ class FastPersistReader(StorageReader):
                 "torch.distributed.checkpoint (load it with CheckpointManager.load or fastpersist.load)")
         data = reader.read_file(name)
         try:
-            with torch.serialization.safe_globals(_METADATA_CLASSES):
-                metadata = torch.load(io.BytesIO(data), weights_only=True)
+            metadata = unpickle_metadata(data, f"{reader.dir}/{name}")
         except Exception as e:  # noqa: BLE001 (any failure means the file is not DCP metadata)
             raise CheckpointCorruptError(f"fastpersist: {reader.dir}/{name} is not DCP metadata "
-                                         f"fastpersist can read safely: {_why(e)}") from None
-        if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
+                                         f"fastpersist can read safely: {e}") from None
+        if not isinstance(metadata.storage_data, dict):
             raise CheckpointCorruptError(f"fastpersist: {reader.dir}/{name} is not DCP metadata")
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta()
@@ -570,6 +569,22 @@ class FastPersistReader(StorageReader):
                         f"{tuple(piece.shape)}, the destination wants {tuple(dst.shape)}")
                 dst.copy_(piece)
                 planner.commit_tensor(item, dst)
+
+
+def load_dcp_checkpoint(path: str, *, into: Any = None, verify: bool = True, strict: bool = True,
+                        unsafe_objects: bool = False) -> Any:
+    """Loads a checkpoint written through DCP in this one process (no process group): into
+    `into` (resharded to its tensors' layout; DTensors need their process group), or, without
+    `into`, the whole state with every tensor whole (the blocks of every rank reassembled)."""
+    reader = FastPersistReader(path, verify=verify, unsafe_objects=unsafe_objects)
+    if into is None:
+        state: Dict[str, Any] = {}
+        _load_state_dict(state, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(),
+                         no_dist=True)
+        return state
+    dcp_load(into, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=not strict),
+             no_dist=True)
+    return into
 
 
 def _why(e: Exception) -> str:

@@ -2,11 +2,12 @@
 """Exceptions of fastpersist beyond the built-in ones.
 
 I/O failures are ``OSError`` (with errno and filename), bad arguments ``ValueError``; these add
-the two checkpoint-specific cases a training script may want to catch on their own.
+the checkpoint-specific cases a training script may want to catch on their own.
 """
 
 from __future__ import annotations
 
+from typing import Dict
 
 class CheckpointCorruptError(ValueError):
     """Stored bytes are damaged: a checksum mismatch, a truncated or missing file, a bad manifest.
@@ -20,3 +21,13 @@ class CheckpointLockedError(RuntimeError):
 
 
 __all__ = ["CheckpointCorruptError", "CheckpointLockedError"]
+
+
+class DistributedCheckpointError(RuntimeError):
+    """A multi-rank save failed on some rank: nothing was committed. Raised on every rank with
+    the same message; ``failures`` maps each rank that failed (or never finished writing) to
+    what happened there."""
+
+    def __init__(self, message: str, failures: Dict[int, str]) -> None:
+        super().__init__(message)
+        self.failures = dict(failures)

@@ -128,3 +128,9 @@ def save_fails(rank: int, world_size: int, root: str, good_tag: str, bad_tag: st
     with open(os.path.join(root, "latest")) as f:
         assert f.read().strip() == good_tag
     load(rank, world_size, root)  # the root: its latest checkpoint
+
+
+def save_replicated(rank: int, world_size: int, path: str) -> None:
+    """Plain tensors every rank holds (replicated): DCP writes each once, spread over ranks."""
+    state = {f"rep{i}": torch.full((1000 * (i + 1),), float(i)) for i in range(8)}
+    dcp.save(state, storage_writer=FastPersistWriter(path))

@@ -11,6 +11,7 @@ function of an importable module (tests/python is on sys.path in the children).
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import os
 import sys
 import tempfile
@@ -27,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _child(rank: int, world_size: int, store: str, fn: Callable[..., Any], args: tuple,
            errors: Any, pg_timeout: float) -> None:
     sys.path.insert(0, HERE)
+    faulthandler.enable()  # a native crash or abort prints every thread's Python stack
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
@@ -73,7 +75,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
         raise AssertionError(f"rank {hung} still ran after {timeout} s (a hang); failures: {failed}")
     exits = {rank: p.exitcode for rank, p in enumerate(procs)}
     if not expect_failure and (failed or any(code != 0 for code in exits.values())):
-        raise AssertionError(f"ranks failed (exit codes {exits}):\n" +
+        raise AssertionError(f"{fn.__name__} on {world_size} ranks failed (exit codes {exits}):\n" +
                              "\n".join(f"--- rank {r}:\n{t}" for r, t in sorted(failed.items())))
     for rank, code in exits.items():
         if code != 0 and rank not in failed:

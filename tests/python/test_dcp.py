@@ -71,8 +71,20 @@ def test_round_trip_on_ranks_is_an_ordinary_checkpoint(tmp_path: Path, world_siz
         assert mgr.verify("step-11") == []
     cli = find_cli()
     if cli is not None:
-        out = subprocess.run([cli, "verify", str(path)], capture_output=True, text=True, check=False)
-        assert out.returncode == 0, out.stdout + out.stderr
+        for args in (["verify", str(path)], ["list", str(tmp_path)], ["inspect", str(path)],
+                     ["clean", str(tmp_path)], ["prune", str(tmp_path), "--keep-last", "1"]):
+            out = subprocess.run([cli] + args, capture_output=True, text=True, check=False)
+            assert out.returncode == 0, (args, out.stdout + out.stderr)
+            if args[0] == "inspect":
+                assert f"{world_size} ranks" in out.stdout, out.stdout
+
+
+def test_replicated_tensors_are_written_once_by_several_ranks(tmp_path: Path) -> None:
+    run_ranks(workers.save_replicated, 2, str(tmp_path / "r"))
+    m = _manifest(tmp_path / "r")
+    assert sorted(t.name for t in m.tensors) == [f"rep{i}" for i in range(8)], "each once"
+    rank_of = {f.name: f.rank for f in m.files}
+    assert {rank_of[t.file] for t in m.tensors} == {0, 1}, "the writing is split over the ranks"
 
 
 @pytest.mark.parametrize("saved,loaded", [(4, 2), (2, 1), (1, 4), (3, 2)])

@@ -139,8 +139,11 @@ def test_ds_gds_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
 def deepspeed_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     """DeepSpeed's own FastFileWriter with the settings of DeepSpeedExamples' torch_save_utils."""
     try:
-        from deepspeed.io import FastFileWriter, FastFileWriterConfig  # type: ignore[import-not-found]
-        from deepspeed.ops.op_builder import AsyncIOBuilder  # type: ignore[import-not-found]
+        # the ignores: import-not-found without deepspeed, import-untyped with it
+        from deepspeed.io import (  # type: ignore[import-not-found, import-untyped]
+            FastFileWriter, FastFileWriterConfig)
+        from deepspeed.ops.op_builder import (  # type: ignore[import-not-found, import-untyped]
+            AsyncIOBuilder)
     except Exception as e:  # noqa: BLE001 - any import failure means "not available"
         return SaveResult("deepspeed_fast_save", 0, 0.0, skipped=f"deepspeed not importable ({e})")
     _patch_deepspeed_utils_op()
@@ -181,7 +184,7 @@ class _TorchCastToByteTensor:
 
 
 def _patch_deepspeed_utils_op() -> None:
-    import deepspeed.io.fast_file_writer as ds_ffw  # type: ignore[import-not-found]
+    import deepspeed.io.fast_file_writer as ds_ffw  # type: ignore[import-not-found, import-untyped]
 
     if isinstance(ds_ffw.UtilsBuilder, type) and issubclass(ds_ffw.UtilsBuilder, _TorchCastToByteTensor):
         return

@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What each rank runs in the multi-rank CheckpointManager tests
+(tests/python/test_distributed_manager.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any, Dict, List
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+
+import fastpersist
+from _dcp_workers import check_loaded, empty_like_state, full_state, sharded_state
+
+
+def _same_everywhere(value: Any) -> None:
+    """`value` is the same on every rank."""
+    values: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    assert all(v == values[0] for v in values), values
+
+
+def _bump(state: Dict[str, Any]) -> None:
+    """What a training step does to the state: modify every tensor in place."""
+    with torch.no_grad():
+        for part in ("model", "opt"):
+            for value in state[part].values():
+                local = value.to_local() if isinstance(value, DTensor) else value
+                local.add_(1)
+
+
+def save_load_retain(rank: int, world_size: int, root: str) -> None:
+    """Saves, async saves overlapping "training", retention, latest, list, verify, load and
+    resume: all agree across ranks and the loaded bytes are the saved ones."""
+    with fastpersist.CheckpointManager(root, keep_last=3, timeout=60) as mgr:
+        for step in (1, 2):
+            state = sharded_state(world_size, seed=step)
+            state["step"] = 11
+            mgr.save(step, state, metadata={"step": step})
+        state = sharded_state(world_size, seed=3)
+        handle = mgr.save_async(3, state)
+        _bump(state)  # training goes on: the checkpoint keeps the values at save_async
+        assert handle.snapshot_done()
+        assert handle.wait() == "step-00000003"
+        assert handle.bytes > 0 and handle.total_seconds >= handle.snapshot_seconds >= 0
+        assert mgr.list() == ["step-00000001", "step-00000002", "step-00000003"], mgr.list()
+        _same_everywhere(mgr.list())
+        assert mgr.latest() == "step-00000003"
+        _same_everywhere(mgr.latest())
+        assert mgr.verify() == []
+        loaded = mgr.load(into=empty_like_state(sharded_state(world_size)))
+        check_loaded(loaded, seed=3)
+        tag, resumed = mgr.resume(into=empty_like_state(sharded_state(world_size)))
+        assert tag == "step-00000003"
+        check_loaded(resumed, seed=3)
+        infos = mgr.checkpoints()
+        assert [i.step for i in infos] == [1, 2, 3]
+        assert mgr.staging_bytes > 0
+    with fastpersist.CheckpointManager(root + "-zero", timeout=60) as mgr:
+        # ZeRO-style partitioned optimizer state: each rank holds one flat slice of a padded
+        # flat buffer (a DTensor sharded along its only dimension).
+        mesh = init_device_mesh("cpu", (world_size,))
+        flat = torch.arange(8 * world_size, dtype=torch.float32)
+        part = flat.chunk(world_size)[rank].clone()
+        zero = {"fp32_flat": DTensor.from_local(part, mesh, [Shard(0)], run_check=False)}
+        mgr.save("zero", zero)
+        back = {"fp32_flat": DTensor.from_local(torch.zeros_like(part), mesh, [Shard(0)], run_check=False)}
+        mgr.load("zero", into=back)
+        assert torch.equal(back["fp32_flat"].to_local(), part)
+        assert torch.equal(back["fp32_flat"].full_tensor(), flat)
+
+
+def resume_elastic(rank: int, world_size: int, root: str, tag: str, seed: int) -> None:
+    """After a restart with another world size: the newest checkpoint that verifies, resharded."""
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        found, state = mgr.resume(into=empty_like_state(sharded_state(world_size)))
+        assert found == tag, found
+        check_loaded(state, seed=seed)
+
+
+def failing_rank(rank: int, world_size: int, root: str) -> None:
+    """Rank 1 fails mid-save: every rank gets the same error naming rank 1, nothing is
+    committed, and the manager goes on saving afterwards."""
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        mgr.save(1, sharded_state(world_size, seed=1))
+        state = sharded_state(world_size, seed=2)
+        # A value only rank 1 holds, and cannot serialize (torch.save of a lambda).
+        state[f"extra{rank}"] = (lambda: 0) if rank == 1 else 0
+        try:
+            mgr.save(2, state)
+        except fastpersist.DistributedCheckpointError as e:
+            message = str(e)
+            assert "rank 1" in message and "not saved" in message, message
+            assert set(e.failures) == {1}, e.failures
+        else:
+            raise AssertionError("the save succeeded although rank 1 failed")
+        _same_everywhere(message)
+        assert mgr.list() == ["step-00000001"]
+        names = os.listdir(root)
+        assert not [n for n in names if n.startswith(".tmp-")], names
+        assert mgr.latest() == "step-00000001"
+        mgr.save(3, sharded_state(world_size, seed=3))
+        assert mgr.list() == ["step-00000001", "step-00000003"]
+
+
+class _Bomb:
+    """Kills its process when pickled on rank 1 (a rank dying in the middle of a save)."""
+
+    def __reduce__(self) -> Any:
+        if dist.get_rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (int, (0,))
+
+
+def killed_rank(rank: int, world_size: int, root: str, report: str) -> None:
+    """Rank 1 is SIGKILLed mid-save: rank 0 fails within the timeout naming rank 1, commits
+    nothing, and writes what it saw to `report`."""
+    mgr = fastpersist.CheckpointManager(root, timeout=20)
+    mgr.save(1, sharded_state(world_size, seed=1))
+    state = sharded_state(world_size, seed=2)
+    state[f"bomb{rank}"] = _Bomb()
+    try:
+        mgr.save(2, state)
+    except fastpersist.DistributedCheckpointError as e:
+        with open(report, "w") as f:
+            json.dump({"rank": rank, "message": str(e), "failures": {str(k): v for k, v in e.failures.items()},
+                       "listing": sorted(os.listdir(root))}, f)
+    os._exit(0)  # the job's process group is broken: leave without tearing it down
+
+
+def per_rank_rng(rank: int, world_size: int, root: str, saved_world: int) -> None:
+    """Each rank's RNG state under a key of its own: restored on the same world size; on a
+    larger one (strict=False) the ranks the checkpoint has no state for keep theirs."""
+    torch.manual_seed(100 + rank)
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        if saved_world == world_size and not mgr.list():
+            mgr.save(1, {"rng": {f"rank{rank}": torch.get_rng_state()}, "step": 1})
+            expected = torch.get_rng_state()
+            torch.rand(100)  # the training run moves on
+            state = mgr.load(into={"rng": {f"rank{rank}": torch.empty_like(expected)}, "step": 0})
+            torch.set_rng_state(state["rng"][f"rank{rank}"])
+            assert torch.equal(torch.get_rng_state(), expected)
+            return
+        mine = torch.get_rng_state()
+        state = mgr.load(into={"rng": {f"rank{rank}": mine.clone()}, "step": 0}, strict=False)
+        restored = state["rng"][f"rank{rank}"]
+        if rank < saved_world:
+            torch.manual_seed(100 + rank)
+            assert torch.equal(restored, torch.get_rng_state()), "the rank's saved state"
+        else:
+            assert torch.equal(restored, mine), "no saved state: left as it was"
+        assert state["step"] == 1
+
+
+def _fsdp_model(world_size: int, seed: int) -> Any:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    mesh = init_device_mesh("cpu", (world_size,))
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def fsdp2_save(rank: int, world_size: int, root: str, report: str) -> None:
+    """FSDP2 (fully_shard) on the CPU: model and Adam state after a step, saved sharded."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = _fsdp_model(world_size, seed=0)
+    optim = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 16)).sum().backward()
+    optim.step()
+    msd, osd = get_state_dict(model, optim)
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        mgr.save(1, {"model": msd, "optim": osd})
+    full = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    if rank == 0:
+        torch.save(full, report)
+
+
+def fsdp2_resume(rank: int, world_size: int, root: str, report: str) -> None:
+    """Another world size: a fresh FSDP2 model and optimizer resume the saved ones."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model = _fsdp_model(world_size, seed=1)  # other initial values
+    optim = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 16)).sum().backward()
+    optim.step()  # creates the optimizer state to load into
+    msd, osd = get_state_dict(model, optim)
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        tag, state = mgr.resume(into={"model": msd, "optim": osd})
+    assert tag == "step-00000001"
+    set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    expected = torch.load(report)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value.full_tensor(), expected[name]), name
