@@ -23,7 +23,9 @@ Saving, with ``dcp.save(state, storage_writer=FastPersistWriter("<root>/<tag>"))
    by :meth:`FastPersistWriter.abort`, the writer's next save, or when the writer is freed.
 
 The writer pickles (DCP's process-mode ``async_save`` sends it to a daemon) and opens its
-native resources lazily, in the process that uses them. The reader reads each stored tensor
+native resources lazily, in the process that uses them. The writers of one process share one
+native ShardWriter per rank and settings, so a new writer per tag reuses the pinned staging
+memory of the saves before it instead of pinning it again. The reader reads each stored tensor
 block once, with parallel direct reads and its checksum verified, straight into the
 destination when a read item covers the whole block, and lets DCP reshard otherwise.
 """
@@ -35,6 +37,7 @@ import io
 import json
 import os
 import pickle
+import threading
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -266,10 +269,11 @@ class FastPersistWriter(StorageWriter):
             self._close_manager()
 
     def close(self) -> None:
-        """Aborts an unfinished save and frees the native writer (staging memory, engine)."""
+        """Aborts an unfinished save and releases the native writer (staging memory, engine),
+        which the writers of this process share: it is freed once no save uses it."""
         self.abort()
         if self._shard_writer is not None:
-            self._shard_writer.close()
+            _release_shard_writer(self._shard_writer)
             self._shard_writer = None
 
     def _close_manager(self) -> None:
@@ -278,11 +282,36 @@ class FastPersistWriter(StorageWriter):
             manager.close()
 
     def _rank_writer(self, rank: int, options: Any) -> Any:
-        """The ShardWriter of this process (kept: its staging memory is reused by later saves)."""
+        """The ShardWriter of this process for this rank and these settings."""
         if self._shard_writer is None or self._shard_writer_rank != rank:
-            self._shard_writer = _core.ShardWriter(options, rank)
+            self._shard_writer = _shard_writer(rank, self._settings, options)
             self._shard_writer_rank = rank
         return self._shard_writer
+
+
+# One ShardWriter per (rank, settings) in this process, shared by all its FastPersistWriters:
+# a training loop makes a new writer for each checkpoint tag, and a new ShardWriter would pin
+# its staging memory again on every save (seconds per GB on a busy machine), where reused
+# staging costs nothing (as CheckpointManager keeps its own). ShardWriter.write may run in
+# several threads at once (an async_save in flight and a save).
+_SHARED_WRITERS: Dict[Tuple[int, str], Any] = {}
+_SHARED_WRITERS_LOCK = threading.Lock()
+
+
+def _shard_writer(rank: int, settings: Dict[str, Any], options: Any) -> Any:
+    key = (rank, json.dumps(settings, sort_keys=True, default=str))
+    with _SHARED_WRITERS_LOCK:
+        writer = _SHARED_WRITERS.get(key)
+        if writer is None:
+            writer = _SHARED_WRITERS[key] = _core.ShardWriter(options, rank)
+        return writer
+
+
+def _release_shard_writer(writer: Any) -> None:
+    """Forgets `writer`: it is freed with the last FastPersistWriter or save that holds it."""
+    with _SHARED_WRITERS_LOCK:
+        for key in [k for k, w in _SHARED_WRITERS.items() if w is writer]:
+            del _SHARED_WRITERS[key]
 
 
 def _check_unique_names(plans: List[SavePlan]) -> None:
