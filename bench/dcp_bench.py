@@ -22,6 +22,9 @@ round:
   (fsync + ``posix_fadvise(DONTNEED)``, checked with ``mincore``);
 - ``fio read``: fio's O_DIRECT read (io_uring, 8 MiB blocks, queue depth 32, one job per file)
   of the data files ``save fastpersist`` wrote, evicted, as the disk's reference (``--no_fio``);
+- ``fio write``: fio's O_DIRECT write (io_uring, 8 MiB blocks, queue depth 32, one job per file,
+  an fsync at the end of each) of files of the same sizes as those data files, into a folder
+  of its own: the most any writer can get out of this disk, the bound of the save targets;
 - ``async_save fastpersist``: ``dcp.async_save`` (thread mode) with ``FastPersistWriter``: how long
   the caller is blocked (the slowest rank), and the time until the save is committed.
 
@@ -47,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -67,6 +70,7 @@ from fastpersist.dcp import FastPersistReader, FastPersistWriter
 COLUMNS = 2048  # every tensor is (rows, 2048): rows stay divisible by 1, 2 and 4 ranks
 FS_LOADED = "t1"  # the FileSystemWriter variant whose checkpoint `load fs` reads
 FIO = "fio read of the fastpersist files"
+FIO_WRITE = "fio write of files of the same sizes"
 BUDGET = "256MiB"  # the bounded staging budget of `save fastpersist 256MiB`
 
 
@@ -191,6 +195,22 @@ def fio_read_rate(files: List[str]) -> float:
     return float(read["io_bytes"]) / (float(read["runtime"]) / 1e3)
 
 
+def fio_write_rate(folder: str, sizes: List[int]) -> float:
+    """fio's O_DIRECT write of one new file per size in `folder`, all at once, each fsynced at
+    its end: bytes per second (the files are removed afterwards)."""
+    args = ["fio", "--output-format=json", "--group_reporting", "--rw=write", "--direct=1",
+            "--ioengine=io_uring", "--bs=8M", "--iodepth=32", "--end_fsync=1"]
+    for i, size in enumerate(sizes):
+        args += [f"--name=w{i}", f"--filename={os.path.join(folder, f'w{i}')}",
+                 f"--size={size - size % 4096}"]
+    start = time.perf_counter()
+    subprocess.run(args, capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - start  # with the fsyncs, which fio's runtime leaves out
+    shutil.rmtree(folder)
+    os.sync()
+    return sum(size - size % 4096 for size in sizes) / seconds
+
+
 class Round:
     """One process's share of a round: every variant once, in the order given."""
 
@@ -225,6 +245,20 @@ class Round:
         dist.broadcast(seconds, 0)
         self.seconds[FIO] = float(seconds[0])
 
+    def fio_write(self, path: str) -> None:
+        """The disk's write reference: fio writes files of the sizes of the checkpoint's data
+        files, O_DIRECT and fsynced, as fast as it can; recorded as the time for the state's
+        bytes (process start included: an upper bound of the time, a lower one of the rate)."""
+        seconds = torch.zeros(1, dtype=torch.float64)
+        if self.rank == 0:
+            sizes = [os.path.getsize(os.path.join(path, n)) for n in sorted(os.listdir(path))
+                     if os.path.getsize(os.path.join(path, n)) >= 1 << 20]
+            folder = os.path.join(self.a.folder, "fio-write")
+            os.makedirs(folder)
+            seconds[0] = sum(s.nbytes for s in self.specs) / fio_write_rate(folder, sizes)
+        dist.broadcast(seconds, 0)
+        self.seconds[FIO_WRITE] = float(seconds[0])
+
     def async_save(self) -> None:
         clear_outputs(self.a.folder, self.rank)
         blocked = torch.zeros(1, dtype=torch.float64)
@@ -253,6 +287,7 @@ class Round:
                 self.load("load fastpersist", self.fp_path, FastPersistReader(self.fp_path))
                 if self.a.fio:
                     self.fio_read(self.fp_path)
+                    self.fio_write(self.fp_path)
             elif v == "budget":
                 self.save(f"save fastpersist {BUDGET}",
                           FastPersistWriter(self.fp_path, staging_budget=BUDGET))
@@ -321,7 +356,7 @@ def report(runs: Dict[int, List[Dict[str, Any]]], threads: Sequence[int]) -> Non
     ops = (["save fastpersist", "save fastpersist: first in process", f"save fastpersist {BUDGET}"]
            + [f"save fs t{t}" for t in threads] + ["load fastpersist", "load fs"])
     if FIO in runs[ranks[0]][0]["seconds"]:
-        ops.append(FIO)
+        ops += [FIO, FIO_WRITE]
     for op in ops:
         cells = [gbps(nbytes, times(w, op)) for w in ranks]
         print(f"| {op} (GB/s) | " + " | ".join(f"{b:.2f} | {m:.2f}" for b, m in cells) + " |")
@@ -333,11 +368,12 @@ def report(runs: Dict[int, List[Dict[str, Any]]], threads: Sequence[int]) -> Non
           + " | ".join(f"{w} rank{'s' if w > 1 else ''}" for w in ranks) + " |")
     print("|---|" + "---|" * len(ranks))
 
-    def ratio_row(label: str, ours: str, theirs: Callable[[int], str],
-                  wanted: Optional[float] = None) -> None:
+    def ratio_row(label: str, ours: Union[str, Callable[[int], str]],
+                  theirs: Callable[[int], str], wanted: Optional[float] = None) -> None:
         cells = []
         for w in ranks:
-            (ob, om), (tb, tm) = gbps(nbytes, times(w, ours)), gbps(nbytes, times(w, theirs(w)))
+            op = ours(w) if callable(ours) else ours
+            (ob, om), (tb, tm) = gbps(nbytes, times(w, op)), gbps(nbytes, times(w, theirs(w)))
             verdict = "" if wanted is None else " yes" if om / tm >= wanted else " NO"
             cells.append(f"{om / tm:.2f} ({ob / tb:.2f}){verdict}")
         print(f"| {label}{'' if wanted is None else f' ≥ {wanted}'} | " + " | ".join(cells) + " |")
@@ -353,6 +389,9 @@ def report(runs: Dict[int, List[Dict[str, Any]]], threads: Sequence[int]) -> Non
     if FIO in runs[ranks[0]][0]["seconds"]:
         ratio_row("load fastpersist / fio read", "load fastpersist", lambda w: FIO)
         ratio_row("load fs / fio read", "load fs", lambda w: FIO)
+        ratio_row("save fastpersist / fio write", "save fastpersist", lambda w: FIO_WRITE)
+        ratio_row("save fs best thread_count / fio write", lambda w: f"save fs t{best_t(w)}",
+                  lambda w: FIO_WRITE)
     blocked = [statistics.median(times(w, "async_save fastpersist: blocked"))
                / statistics.median(times(w, "save fastpersist")) for w in ranks]
     print("| async_save blocked / save fastpersist (time, medians) | "
