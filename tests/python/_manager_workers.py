@@ -75,6 +75,41 @@ def save_load_retain(rank: int, world_size: int, root: str) -> None:
         assert torch.equal(back["fp32_flat"].full_tensor(), flat)
 
 
+def _local_values(state: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+    """A copy of this rank's tensors (local shards of DTensors)."""
+    out = {}
+    for part in ("model", "opt"):
+        for key, value in state[part].items():
+            local = value.to_local() if isinstance(value, DTensor) else value
+            out[f"{part}.{key}"] = local.detach().clone()
+    return out
+
+
+def repeated_async_saves(rank: int, world_size: int, root: str) -> None:
+    """A training loop: the same tensors saved again and again with save_async and modified in
+    place right after each call, while the write runs. The manager reuses its host copy of
+    the state from save to save: each checkpoint must hold the values of its own save_async
+    call, neither an earlier save's (a stale copy) nor a later step's (a copy overwritten while
+    it was written)."""
+    state = sharded_state(world_size, seed=5)
+    expected = []
+    with fastpersist.CheckpointManager(root, timeout=60) as mgr:
+        for step in range(1, 5):
+            expected.append(_local_values(state))
+            handle = mgr.save_async(step, state)
+            _bump(state)
+            _bump(state)
+            if step % 2 == 0:
+                handle.wait()  # odd steps: the next save_async waits for it
+        mgr.wait()
+        for step, values in enumerate(expected, start=1):
+            into = empty_like_state(sharded_state(world_size))
+            mgr.load(f"step-{step:08d}", into=into)
+            got = _local_values(into)
+            for name, value in values.items():
+                assert torch.equal(got[name], value), f"step {step}, {name} differs from its save"
+
+
 def resume_elastic(rank: int, world_size: int, root: str, tag: str, seed: int) -> None:
     """After a restart with another world size: the newest checkpoint that verifies, resharded."""
     with fastpersist.CheckpointManager(root, timeout=60) as mgr:

@@ -30,6 +30,10 @@ def test_multi_rank_save_load_and_retention(tmp_path: Path) -> None:
         assert mgr.verify("step-00000003") == []
 
 
+def test_repeated_async_saves_of_a_state_modified_in_place(tmp_path: Path) -> None:
+    run_ranks(workers.repeated_async_saves, 2, str(tmp_path))
+
+
 @pytest.mark.parametrize("saved,resumed", [(4, 2), (2, 3)])
 def test_resume_on_another_world_size(tmp_path: Path, saved: int, resumed: int) -> None:
     run_ranks(workers.save_load_retain, saved, str(tmp_path), timeout=400)
