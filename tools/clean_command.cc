@@ -15,6 +15,7 @@
 #include "command.h"
 #include "fastpersist/stale_files.h"
 #include "format.h"
+#include "number_checks.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -85,7 +86,7 @@ int run(const Args& a) {
     }
   }
   if (a.json) {
-    std::cout << nlohmann::ordered_json{{"dry_run", a.dry_run}, {"dirs", all}}.dump(2) << "\n";
+    std::cout << json_text(nlohmann::ordered_json{{"dry_run", a.dry_run}, {"dirs", all}}) << "\n";
   } else if (a.dry_run) {
     std::cout << "nothing was changed (dry run)\n";
   }
@@ -108,7 +109,7 @@ Command add_clean_command(CLI::App& parent) {
   app->add_option("--parallel-min-age", args->parallel_min_age,
                   "Remove a parallel writers' set (.NAME.fp-partial) that no writer holds only "
                   "when it was last written at least this many seconds ago")
-      ->check(CLI::Range(0.0, 1e12))
+      ->check(finite_in(0.0, 1e12))
       ->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] { return run(*args); }};

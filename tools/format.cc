@@ -27,4 +27,8 @@ std::string format_fixed(double value, int digits) {
 
 std::string on_off(bool value) { return value ? "on" : "off"; }
 
+std::string json_text(const nlohmann::ordered_json& j) {
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 }  // namespace fastpersist::cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace fastpersist::cli {
@@ -14,5 +15,8 @@ std::string format_limit(uint64_t bytes);
 // `value` with `digits` decimals: format_fixed(2.345, 2) -> "2.35" (rounded, not truncated).
 std::string format_fixed(double value, int digits);
 std::string on_off(bool value);
+// `j` as indented JSON text for --json output. Bytes that are not UTF-8 (a path on a filesystem
+// that allows any byte) become U+FFFD instead of aborting the output: JSON holds only UTF-8.
+std::string json_text(const nlohmann::ordered_json& j);
 
 }  // namespace fastpersist::cli

@@ -163,7 +163,7 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
         j["tensors"].push_back(std::move(tensor));
       }
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
     std::cout.flush();
     return kExitOk;
   }
@@ -248,7 +248,7 @@ int inspect_safetensors(const std::string& path, bool json, bool tensors) {
                                 {"data_offsets", {t.begin, t.end}}});
       }
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
     std::cout.flush();
     return kExitOk;
   }

@@ -127,7 +127,7 @@ int run(const Args& args) {
   if (text) {
     print_footer(out, best);
   } else {
-    std::cout << to_json(s, out, best).dump(2) << "\n";
+    std::cout << json_text(to_json(s, out, best)) << "\n";
   }
   return kExitOk;
 }

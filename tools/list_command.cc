@@ -48,7 +48,7 @@ int print_root_listing(const std::string& command, const std::string& root, bool
     j["skipped"] = nlohmann::ordered_json::array();
     for (const SkippedDir& s : skipped)
       j["skipped"].push_back({{"tag", s.tag}, {"reason", s.reason}});
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
     std::cout.flush();
     return kExitOk;
   }

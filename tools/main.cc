@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // `fastpersist`: diagnostics and benchmarks for the fastpersist I/O engine.
 #include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <new>
 #include <vector>
 
 #include "command.h"
@@ -22,7 +25,17 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   for (const Command& c : commands) {
-    if (c.app->parsed()) return c.run();
+    if (!c.app->parsed()) continue;
+    // Every failure a command expects becomes a message and an exit code inside it; this is
+    // the last line of defence, so that nothing unexpected ends in a stack trace or abort().
+    try {
+      return c.run();
+    } catch (const std::bad_alloc&) {
+      std::cerr << "fastpersist: out of memory\n";
+    } catch (const std::exception& e) {
+      std::cerr << "fastpersist: " << e.what() << "\n";
+    }
+    return kExitFailure;
   }
   return kExitUsage;
 }

@@ -21,6 +21,8 @@
 #include "checkpoint/root_scan.h"
 #include "checkpoint_paths.h"
 #include "command.h"
+#include "format.h"
+#include "number_checks.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/options.h"
@@ -47,8 +49,9 @@ std::string lock_message(const Status& st) {
 // (a real lock attempt records its pid in the file). Empty when free; else a sentence.
 std::string lock_holder(const std::string& root) {
   std::string path = root + "/.lock";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";  // never locked
+  // Never through a planted symbolic link, never blocking on a FIFO.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";  // never locked (or not a lock a manager made: opening the root says so)
   std::string holder;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char buf[32] = {};
@@ -76,7 +79,7 @@ int report(const Args& a, const std::vector<std::string>& removed,
         {"root", a.root}, {"dry_run", a.dry_run}, {"removed", removed}, {"kept", kept}};
     if (a.verify) j["damaged"] = damaged;
     if (!note.empty()) j["note"] = note;
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
     std::cout.flush();
     return kExitOk;
   }
@@ -164,10 +167,10 @@ Command add_prune_command(CLI::App& parent) {
   app->add_option("ROOT", args->root, "Checkpoint root")->required();
   app->add_option("--keep-last", args->keep_last, "Keep the newest N checkpoints (N >= 1)")
       ->required()
-      ->check(CLI::Range(1u, 1u << 30));
+      ->check(integer_in(1, int64_t{1} << 30));
   app->add_option("--keep-every", args->keep_every,
                   "Also keep every checkpoint whose step is a multiple of K")
-      ->check(CLI::Range(int64_t{1}, INT64_MAX));
+      ->check(integer_in(1, INT64_MAX));
   app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
   app->add_flag("--verify", args->verify,
                 "Check the checksums of the checkpoints that would be kept (newest first); one "

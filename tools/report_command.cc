@@ -244,7 +244,7 @@ Command add_report_command(CLI::App& parent) {
   return {app, [args] {
             Report r = gather(args->folder);
             if (args->json) {
-              std::cout << to_json(r).dump(2) << "\n";
+              std::cout << json_text(to_json(r)) << "\n";
             } else {
               print_text(r);
             }

@@ -6,7 +6,10 @@
 //
 // Exit codes: 0 intact; 1 damage found (or a checkpoint could not be read, or a root holds no
 // checkpoint to vouch for); 2 bad arguments (a path that does not exist or is not one of those).
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -109,7 +112,7 @@ int verify_checkpoint_dir(const Args& a, const std::string& dir, IoEngine& engin
                                 {"ok", o.ok()},
                                 {"problems", o.problems},
                                 {"checkpoints", {outcome_json(o)}}};
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
   } else if (o.ok()) {
     std::cout << "OK       " << dir << ": intact, " << speed(o) << "\n";
   } else {
@@ -150,18 +153,27 @@ int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool p
   for (const std::string& name : extra) tags.push_back(name);
 
   std::vector<Outcome> outcomes;
+  std::vector<std::string> gone;  // removed while they were checked (another process's retention)
   size_t damaged = 0;
   for (const std::string& tag : tags) {
-    outcomes.push_back(verify_dir(root + "/" + tag, tag, engine, progress));
-    const Outcome& o = outcomes.back();
-    if (!o.ok()) ++damaged;
+    Outcome o = verify_dir(root + "/" + tag, tag, engine, progress);
+    struct stat st {};
+    if (!o.ok() && ::lstat((root + "/" + tag).c_str(), &st) != 0 && errno == ENOENT) {
+      // Its files went missing because the whole checkpoint went: not damage.
+      gone.push_back(tag);
+      if (!a.json) std::cout << "GONE     " << tag << ": removed while it was checked\n";
+      continue;
+    }
+    outcomes.push_back(std::move(o));
+    if (!outcomes.back().ok()) ++damaged;
+    const Outcome& done = outcomes.back();
     if (a.json) continue;
-    if (o.ok()) {
-      std::cout << "OK       " << tag << ": intact, " << speed(o) << "\n";
+    if (done.ok()) {
+      std::cout << "OK       " << tag << ": intact, " << speed(done) << "\n";
     } else {
-      std::cout << "DAMAGED  " << tag << ": " << o.problems.size()
-                << (o.problems.size() == 1 ? " problem" : " problems") << "\n";
-      for (const std::string& p : o.problems) std::cout << "  - " << p << "\n";
+      std::cout << "DAMAGED  " << tag << ": " << done.problems.size()
+                << (done.problems.size() == 1 ? " problem" : " problems") << "\n";
+      for (const std::string& p : done.problems) std::cout << "  - " << p << "\n";
     }
     std::cout.flush();
   }
@@ -174,8 +186,9 @@ int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool p
       for (const std::string& p : o.problems) j["problems"].push_back(o.tag + ": " + p);
       j["checkpoints"].push_back(outcome_json(o));
     }
+    j["removed_while_checked"] = gone;
     if (outcomes.empty()) j["problems"].push_back("no checkpoints under " + root);
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
   } else if (outcomes.empty()) {
     std::cout << root << ": no checkpoints to verify\n";
   } else if (damaged == 0) {
@@ -208,7 +221,7 @@ int verify_safetensors(const Args& a, const std::string& path) {
       j["num_tensors"] = header->tensors.size();
       j["data_bytes"] = header->data_bytes;
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j) << "\n";
   } else if (header.is_ok()) {
     std::cout << "OK       " << path << ": valid safetensors header (" << header->tensors.size()
               << (header->tensors.size() == 1 ? " tensor, " : " tensors, ")

@@ -66,6 +66,10 @@ struct ManifestFile {
   std::optional<uint32_t> rank;
 };
 
+// The largest commit sequence a manifest may hold (a root commits once per save: far beyond
+// any real count, and far enough below 2^64 that the next sequence never wraps).
+inline constexpr uint64_t kMaxManifestSequence = uint64_t{1} << 62;
+
 struct Manifest {
   // The version it was decoded from; encode_manifest always writes kManifestFormatVersion.
   int format_version = kManifestFormatVersion;
@@ -94,6 +98,12 @@ struct Manifest {
 
 // The model fingerprint over (name, dtype, shape) of `tensors`, order-independent.
 std::string manifest_fingerprint(const std::vector<ManifestTensor>& tensors);
+
+// What the user's metadata must be before it is written: a JSON object, valid UTF-8, no key
+// twice in one object, nested at most 255 levels (readers refuse a manifest nested deeper than
+// 256, which would otherwise overflow the stack of whatever walks it, and the metadata sits one
+// level inside it). kInvalidArgument says why not.
+Status check_metadata_json(std::string_view json);
 
 // JSON with one top-level field, file or tensor per line, ending in a newline.
 std::string encode_manifest(const Manifest& manifest);
@@ -127,7 +137,12 @@ Status check_tag_syntax(std::string_view tag);
 // this fastpersist (it reads: raw)".
 Status check_encoding_supported(const ManifestTensor& tensor);
 
-// Reads `<dir>/manifest.json` and decodes it (kNotFound when absent).
+// The largest manifest a reader accepts: about 14 million tensor blocks (4,096 ranks of
+// FSDP-sharded 7B-parameter state take about 1.1 GB, docs/scale.md); a larger file is damage.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{4} << 30;
+
+// Reads `<dir>/manifest.json` and decodes it (kNotFound when absent). The file must be a
+// regular file, not a symbolic link, FIFO or device (kDataLoss), of at most kMaxManifestBytes.
 Result<Manifest> read_manifest(const std::string& dir);
 
 }  // namespace fastpersist

@@ -20,7 +20,8 @@ from __future__ import annotations
 from . import _core
 from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_io, resolve_backend
 from .aio_handle import AioHandle, IoStats, aio_handle
-from .errors import CheckpointCorruptError, CheckpointLockedError, DistributedCheckpointError
+from .errors import (CheckpointCorruptError, CheckpointLockedError, CheckpointUnsupportedError,
+                     DistributedCheckpointError)
 from .maintenance import StaleFiles, clean_stale_temp_files
 from .serialization import load, read_file, save
 from .writer import FastFileWriter, MockFileWriter, PyFileWriter
@@ -54,6 +55,7 @@ __all__ = [
     "DistributedCheckpointError",
     "CheckpointInfo",
     "CheckpointLockedError",
+    "CheckpointUnsupportedError",
     "CheckpointManager",
     "SaveHandle",
     "FastFileWriter",

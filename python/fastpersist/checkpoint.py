@@ -40,7 +40,7 @@ from ._system import parse_size
 from ._tensor_source import NO_DEVICE, source_tensor
 from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
-from .errors import CheckpointCorruptError
+from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .writer import engine_options
 
 if TYPE_CHECKING:
@@ -475,6 +475,9 @@ class CheckpointManager:
             except CheckpointCorruptError as e:
                 warnings.warn(f"fastpersist: skipping damaged checkpoint {info.tag}: {e}",
                               stacklevel=2)
+            except CheckpointUnsupportedError as e:
+                warnings.warn(f"fastpersist: skipping checkpoint {info.tag}, which this "
+                              f"fastpersist cannot load: {e}", stacklevel=2)
         return None, None
 
     def verify(self, tag: Union[int, str] = "latest",

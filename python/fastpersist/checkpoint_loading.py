@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import torch
 
 from . import _core
-from .checkpoint_state import DTYPE_TO_SAFETENSORS, SAFETENSORS_TO_DTYPE, flatten_into, unflatten_state
+from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_into, torch_dtype, unflatten_state
 
 KeySelection = Union[None, Iterable[str], Callable[[str], bool]]
 DtypeSpec = Union[None, torch.dtype, Mapping[str, torch.dtype]]
@@ -156,7 +156,7 @@ def load_checkpoint_dir(
             loaded[name] = dest_items[destination][1]
             continue
         value = _wrap(buffers[buffer] if buffer >= 0 else None, offset, nbytes,
-                      SAFETENSORS_TO_DTYPE[code], shape)
+                      torch_dtype(code, name), shape)
         loaded[name] = value if device is None else value.to(device)
     del buffers
     filled = {dest_items[i][0] for i, s in enumerate(states) if s == _FILLED}

@@ -58,10 +58,12 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 import torch
 
 from . import _core
+from .errors import CheckpointUnsupportedError
 
 __all__ = [
     "DTYPE_TO_SAFETENSORS",
     "SAFETENSORS_TO_DTYPE",
+    "torch_dtype",
     "TENSOR_PID_TAG",
     "BARE_TENSOR_NAME",
     "FlatState",
@@ -90,6 +92,17 @@ DTYPE_TO_SAFETENSORS: dict[torch.dtype, str] = {
 
 #: safetensors dtype string -> torch dtype (the reverse of :data:`DTYPE_TO_SAFETENSORS`).
 SAFETENSORS_TO_DTYPE: dict[str, torch.dtype] = {code: dtype for dtype, code in DTYPE_TO_SAFETENSORS.items()}
+
+
+def torch_dtype(code: str, name: str) -> torch.dtype:
+    """The torch dtype of a stored tensor; CheckpointUnsupportedError naming the tensor for a
+    safetensors dtype this torch has none for (C64, F8_E8M0 in some versions)."""
+    dtype = SAFETENSORS_TO_DTYPE.get(code)
+    if dtype is None:
+        raise CheckpointUnsupportedError(
+            f"fastpersist: tensor {name!r} is stored as {code}, which torch {torch.__version__} "
+            "has no dtype for (leave it out with keys=)")
+    return dtype
 
 
 @dataclass

@@ -64,7 +64,7 @@ from . import _core
 from ._checkpoint_options import SETTINGS, checkpoint_options
 from ._tensor_source import source_tensor
 from .checkpoint_loading import _destination, _wrap
-from .checkpoint_state import DTYPE_TO_SAFETENSORS, SAFETENSORS_TO_DTYPE, UnsafeCheckpointObjectError
+from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError, torch_dtype
 from .errors import CheckpointCorruptError
 from .import_dcp_metadata import unpickle_metadata
 
@@ -556,7 +556,7 @@ class FastPersistReader(StorageReader):
                 planner.commit_tensor(group[0], targets[id(group[0])])
                 continue
             block = _wrap(buffers[buffer] if buffer >= 0 else None, offset, nbytes,
-                          SAFETENSORS_TO_DTYPE[code], shape)
+                          torch_dtype(code, name), shape)
             for item in group:
                 piece = block
                 for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):

@@ -16,11 +16,18 @@ class CheckpointCorruptError(ValueError):
     """
 
 
+class CheckpointUnsupportedError(ValueError):
+    """The checkpoint is intact but holds something this fastpersist or this torch cannot turn
+    into tensors (a dtype torch has no counterpart for). ``CheckpointManager.resume`` skips such
+    a checkpoint, as it skips a damaged one."""
+
+
 class CheckpointLockedError(RuntimeError):
     """Another CheckpointManager (in this or another process) holds the root's lock."""
 
 
-__all__ = ["CheckpointCorruptError", "CheckpointLockedError"]
+__all__ = ["CheckpointCorruptError", "CheckpointLockedError", "CheckpointUnsupportedError",
+           "DistributedCheckpointError"]
 
 
 class DistributedCheckpointError(RuntimeError):

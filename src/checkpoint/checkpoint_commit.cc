@@ -5,7 +5,6 @@
 #include <set>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_state.h"
@@ -45,10 +44,7 @@ Manifest build_manifest(const CheckpointCommit::State& s, CommitContent c, uint6
 // Everything decode_manifest checks (names, ranks, offsets, lengths, duplicates), so that what
 // is committed always reads back; then the directory must hold exactly the listed files.
 Status check_commit(const CheckpointCommit::State& s, const Manifest& m) {
-  auto metadata = nlohmann::json::parse(m.metadata_json, nullptr, /*allow_exceptions=*/false);
-  if (metadata.is_discarded() || !metadata.is_object()) {
-    return Status(StatusCode::kInvalidArgument, "checkpoint metadata must be a JSON object");
-  }
+  FP_RETURN_IF_ERROR(check_metadata_json(m.metadata_json));
   auto decoded = decode_manifest(encode_manifest(m), join_path(s.directory, kManifestFileName));
   if (!decoded.is_ok()) {
     return Status(StatusCode::kInvalidArgument,

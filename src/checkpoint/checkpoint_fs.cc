@@ -10,8 +10,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <new>
 #include <random>
 
+#include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/layout.h"
 
@@ -65,17 +67,20 @@ Status write_new_file(const std::string& path, std::string_view bytes, bool dura
 }
 
 Result<std::string> read_small_file(const std::string& path, size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open file").with_path(path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(path);
-  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kDataLoss, "not a regular file").with_path(path);
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse));
+  const UniqueFd& fd = file.fd;
+  if (file.size > max_bytes) {
     return Status(StatusCode::kDataLoss, "file is larger than " + std::to_string(max_bytes) +
                                              " bytes, more than this kind of file can be")
         .with_path(path);
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  std::string out;
+  try {
+    out.resize(static_cast<size_t>(file.size));
+  } catch (const std::bad_alloc&) {
+    return Status::from_errno(ENOMEM, "cannot allocate " + std::to_string(file.size) + " bytes")
+        .with_path(path);
+  }
   size_t done = 0;
   while (done < out.size()) {
     ssize_t n = ::pread(fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(done));
@@ -171,7 +176,12 @@ Result<std::vector<std::string>> list_dir(const std::string& dir) {
 
 Result<uint64_t> file_size(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return Status::from_errno(errno, "cannot stat file").with_path(path);
+  if (::lstat(path.c_str(), &st) != 0) return Status::from_errno(errno, "cannot stat file").with_path(path);
+  if (S_ISLNK(st.st_mode)) {
+    return Status(StatusCode::kDataLoss, "a symbolic link, which a checkpoint never holds (refused: "
+                                         "it could lead out of the checkpoint root)")
+        .with_path(path);
+  }
   if (!S_ISREG(st.st_mode)) return Status(StatusCode::kDataLoss, "not a regular file").with_path(path);
   return static_cast<uint64_t>(st.st_size);
 }

@@ -18,7 +18,8 @@ std::string join_path(const std::string& dir, std::string_view name);
 Status fsync_dir(const std::string& dir);
 // Creates (O_EXCL) and writes `path` with `bytes`, then fdatasyncs it when `durable`.
 Status write_new_file(const std::string& path, std::string_view bytes, bool durable);
-// The whole content of a small file.
+// The whole content of a small file inside a checkpoint root: a regular file, not a symbolic
+// link, FIFO or device (kDataLoss; open_regular_file), of at most `max_bytes`.
 Result<std::string> read_small_file(const std::string& path, size_t max_bytes = 64 << 20);
 // Replaces `path` atomically: <dir>/.<name>.tmp-<pid> written + fsynced, renamed, dir fsynced.
 Status replace_file_atomically(const std::string& path, std::string_view bytes, bool durable);
@@ -28,7 +29,8 @@ Status rename_no_replace(const std::string& from, const std::string& to);
 Status remove_tree(const std::string& path);
 // Names in `dir` (not "." or ".."), unsorted.
 Result<std::vector<std::string>> list_dir(const std::string& dir);
-// Size of a regular file (kNotFound when absent, kDataLoss when not a regular file).
+// Size of a regular file inside a checkpoint root (kNotFound when absent, kDataLoss when it is
+// a symbolic link or not a regular file).
 Result<uint64_t> file_size(const std::string& path);
 // Every file `manifest` names exists with its recorded size (kDataLoss names the first that
 // does not), references into other checkpoints included: the cheap check behind listing and

@@ -47,7 +47,19 @@ Result<RootScan> scan_root(const std::string& root) {
     std::string dir = join_path(root, name);
     // Only directories can be checkpoints: a user's file (train.log) is not damage.
     struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (::lstat(dir.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      // A checkpoint the manager committed is a directory; a link under a tag's name could
+      // make readers (and a reference from another checkpoint) read outside the root.
+      struct stat target {};
+      if (::stat(dir.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
+        scan.damaged.push_back({name, "a symbolic link to a directory, which fastpersist does "
+                                      "not follow inside a root (refused: it could lead out of it)",
+                                std::nullopt, std::nullopt});
+      }
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) continue;
     Result<Manifest> m = read_manifest(dir);
     // Directories without a manifest at all are not checkpoints (e.g. user's own folders).
     if (!m.is_ok() && m.status().code() == StatusCode::kNotFound) continue;

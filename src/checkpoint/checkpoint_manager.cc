@@ -282,6 +282,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
   // Above every sequence on disk, damaged checkpoints' too, so commit order stays unambiguous
   // even if one of them is repaired later.
+  // decode_manifest bounds every sequence by kMaxManifestSequence, so this cannot wrap.
   impl->next_sequence = scan.highest_sequence() + 1;
   FP_RETURN_IF_ERROR(repair_latest_pointer(root, scan.committed, options.durable));
   Impl* raw = impl.get();

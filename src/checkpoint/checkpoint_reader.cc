@@ -19,6 +19,7 @@
 #include "checkpoint/staged_read.h"
 #include "common/align.h"
 #include "common/printable.h"
+#include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 
@@ -54,19 +55,24 @@ struct Pending {
 // The leading bytes of a data file (length prefix + JSON header) against their checksum: the
 // header says which bytes are which tensor, so a load that trusts it must check it too.
 Status check_file_header(const std::string& path, const ManifestFile& f) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open checkpoint file").with_path(path);
-  std::string bytes(static_cast<size_t>(f.checksum_bytes), '\0');
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::pread(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
+  // Hashed in pieces: the manifest says how many bytes, and a damaged or hostile one must not
+  // decide how much memory a load allocates.
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<char> piece(static_cast<size_t>(std::min<uint64_t>(f.checksum_bytes, kPiece)));
+  Xxh3Stream hash;
+  uint64_t done = 0;
+  while (done < f.checksum_bytes) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(f.checksum_bytes - done, piece.size()));
+    ssize_t n = ::pread(file.fd.get(), piece.data(), want, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::from_errno(errno, "cannot read the header").with_path(path);
     if (n == 0) break;
-    done += static_cast<size_t>(n);
+    hash.update(piece.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
   }
-  uint64_t actual = xxh3_64(bytes.data(), done);
-  if (done != bytes.size() || actual != f.checksum) {
+  uint64_t actual = hash.digest();
+  if (done != f.checksum_bytes || actual != f.checksum) {
     return Status(StatusCode::kDataLoss, "the safetensors header of " + f.name +
                                              " fails its checksum (manifest " + checksum_to_hex(f.checksum) +
                                              ", data " + checksum_to_hex(actual) + "): the checkpoint is damaged")

@@ -59,7 +59,9 @@ Status check_manifest_files(const std::string& dir, const Manifest& manifest) {
     FP_ASSIGN_OR_RETURN(std::string path, resolve_manifest_file(dir, f));
     auto size = file_size(path);
     if (!size.is_ok()) {
-      return Status(StatusCode::kDataLoss, "checkpoint file " + printable(f.name) + " is missing")
+      const bool missing = size.status().code() == StatusCode::kNotFound;
+      return Status(StatusCode::kDataLoss, "checkpoint file " + printable(f.name) +
+                                               (missing ? " is missing" : " is " + size.status().message()))
           .with_path(path);
     }
     if (*size != f.size) {

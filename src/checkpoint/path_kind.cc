@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
@@ -45,10 +46,10 @@ bool has_torch_suffix(std::string_view path) {
 // _use_new_zipfile_serialization=False a pickle (protocol 2) whose first object is torch's
 // magic number 0x1950a86a20f9469cfc6c as a LONG1 of 10 bytes.
 bool starts_like_torch_save(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return false;
+  Result<RegularFile> file = open_regular_file(path, Symlinks::kFollow);  // never blocks
+  if (!file.is_ok()) return false;
   std::array<unsigned char, 4> head{};
-  if (::pread(fd.get(), head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
+  if (::pread(file->fd.get(), head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
     return false;
   }
   static constexpr std::array<unsigned char, 4> kZip = {'P', 'K', 3, 4};

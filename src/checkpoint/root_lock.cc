@@ -9,13 +9,13 @@
 #include <string>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "common/regular_file.h"
 
 namespace fastpersist::checkpoint {
 
 Result<RootLock> RootLock::acquire(const std::string& root) {
   std::string path = join_path(root, kLockFileName);
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open the root's lock file").with_path(path);
+  FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(path, O_RDWR, "the root's lock file"));
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     if (err != EWOULDBLOCK) return Status::from_errno(err, "cannot lock the root").with_path(path);

@@ -10,7 +10,6 @@
 #include <mutex>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_steps.h"
@@ -93,10 +92,7 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
 }  // namespace
 
 Result<ShardPlan> plan_content(const CheckpointContent& content, const ShardWriter& writer) {
-  auto metadata = nlohmann::json::parse(content.metadata_json, nullptr, /*allow_exceptions=*/false);
-  if (metadata.is_discarded() || !metadata.is_object()) {
-    return Status(StatusCode::kInvalidArgument, "checkpoint metadata must be a JSON object");
-  }
+  FP_RETURN_IF_ERROR(check_metadata_json(content.metadata_json));
   FP_RETURN_IF_ERROR(check_aliases(content));
   return writer.plan(content.tensors);
 }

@@ -26,14 +26,21 @@ namespace fastpersist::format_internal {
 // object or array for a discarded value after every object it closes, which made parsing
 // quadratic in the number of sibling objects (a safetensors header of 30,000 tensors took more
 // than a minute to parse).
+// Nesting is bounded: every later step that walks a value (nlohmann's dump, our decoders,
+// Python's json module) recurses once per level, and a file nested 200,000 levels deep would
+// overflow the stack there.
+inline constexpr size_t kMaxJsonDepth = 256;
+
 template <typename JsonT>
 class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<JsonT> {
   using Base = nlohmann::detail::json_sax_dom_parser<JsonT>;
 
  public:
-  explicit StrictDomParser(JsonT& result) : Base(result, /*allow_exceptions_=*/true) {}
+  StrictDomParser(JsonT& result, size_t max_depth)
+      : Base(result, /*allow_exceptions_=*/true), max_depth_(max_depth) {}
 
   bool start_object(std::size_t elements) {
+    if (!enter()) return false;
     open_objects_.emplace_back();
     return Base::start_object(elements);
   }
@@ -42,28 +49,57 @@ class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<JsonT> {
     return Base::key(name);
   }
   bool end_object() {
+    --depth_;
     open_objects_.pop_back();
     return Base::end_object();
   }
+  bool start_array(std::size_t elements) {
+    if (!enter()) return false;
+    return Base::start_array(elements);
+  }
+  bool end_array() {
+    --depth_;
+    return Base::end_array();
+  }
   const std::string& repeated() const { return repeated_; }
+  bool too_deep() const { return too_deep_; }
 
  private:
+  // false (which stops the parse) past max_depth_ levels.
+  bool enter() {
+    if (++depth_ > max_depth_) too_deep_ = true;
+    return !too_deep_;
+  }
+
   std::vector<std::unordered_set<std::string>> open_objects_;
   std::string repeated_;
+  size_t max_depth_;
+  size_t depth_ = 0;
+  bool too_deep_ = false;
 };
 
 // Parses `text` as JSON, in time linear in its size. nullopt, with the reason in `why`, on a
-// syntax error (including bad UTF-8) or a key that appears twice in one object: nlohmann
+// syntax error (including bad UTF-8), nesting deeper than `max_depth` levels, or a key that
+// appears twice in one object: nlohmann
 // silently keeps the last of a repeated key, so two readers of one damaged file could disagree
 // on what it holds. JsonT is nlohmann::json (keys sorted, fast for big objects) or
 // nlohmann::ordered_json.
 template <typename JsonT>
-std::optional<JsonT> parse_json_strict(std::string_view text, std::string* why) {
+std::optional<JsonT> parse_json_strict(std::string_view text, std::string* why,
+                                       size_t max_depth = kMaxJsonDepth) {
   // Exceptions stay inside this function; nlohmann's parse_error message says where it failed.
   try {
     JsonT value;
-    StrictDomParser<JsonT> handler(value);
-    JsonT::sax_parse(text.begin(), text.end(), &handler);
+    StrictDomParser<JsonT> handler(value, max_depth);
+    const bool parsed = JsonT::sax_parse(text.begin(), text.end(), &handler);
+    if (handler.too_deep()) {
+      *why = "nested deeper than " + std::to_string(max_depth) + " levels";
+      return std::nullopt;
+    }
+    if (!parsed) {
+      *why = "not valid JSON";
+      return std::nullopt;
+    }
     if (!handler.repeated().empty()) {
       *why = "key \"" + printable(handler.repeated()) + "\" appears twice in one object";
       return std::nullopt;

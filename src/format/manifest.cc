@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <new>
 
+#include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 #include "format/format_internal.h"
@@ -87,10 +89,25 @@ std::string manifest_fingerprint(const std::vector<ManifestTensor>& tensors) {
   return checksum_to_hex(xxh3_64(joined.data(), joined.size()));
 }
 
+Status check_metadata_json(std::string_view json) {
+  std::string why;
+  // One level less than a manifest may nest: the metadata sits inside the manifest's object.
+  std::optional<Json> metadata =
+      format_internal::parse_json_strict<Json>(json, &why, format_internal::kMaxJsonDepth - 1);
+  if (!metadata) return Status(StatusCode::kInvalidArgument, "checkpoint metadata is " + why);
+  if (!metadata->is_object()) {
+    return Status(StatusCode::kInvalidArgument, "checkpoint metadata must be a JSON object");
+  }
+  return Status::ok();
+}
+
 std::string encode_manifest(const Manifest& m) {
-  // metadata_json is checked by the caller; should it not be a JSON object, {} is written rather
-  // than a manifest that no reader would accept.
-  Json metadata = Json::parse(m.metadata_json, nullptr, /*allow_exceptions=*/false);
+  // metadata_json is checked by the caller (check_metadata_json); should it fail those checks,
+  // {} is written rather than a manifest that no reader would accept.
+  std::string why;
+  Json metadata = format_internal::parse_json_strict<Json>(m.metadata_json, &why,
+                                                          format_internal::kMaxJsonDepth - 1)
+                      .value_or(Json::object());
   if (!metadata.is_object()) metadata = Json::object();
   const std::pair<std::string_view, Json> head[] = {
       {"format", std::string(kManifestFormatName)},
@@ -146,12 +163,22 @@ std::string manifest_file_path(const std::string& checkpoint_dir, const Manifest
 
 Result<Manifest> read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + std::string(kManifestFileName);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open the manifest").with_path(path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(path);
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  FP_RETURN_IF_ERROR(format_internal::pread_exact(fd.get(), text.data(), text.size(), 0, path));
+  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse, "the manifest"));
+  if (file.size > kMaxManifestBytes) {
+    return Status(StatusCode::kDataLoss, "the manifest is " + std::to_string(file.size) +
+                                             " bytes, more than any manifest holds (" +
+                                             std::to_string(kMaxManifestBytes) + ")")
+        .with_path(path);
+  }
+  std::string text;
+  try {
+    text.resize(static_cast<size_t>(file.size));
+  } catch (const std::bad_alloc&) {
+    return Status::from_errno(ENOMEM, "cannot allocate " + std::to_string(file.size) +
+                                          " bytes to read the manifest")
+        .with_path(path);
+  }
+  FP_RETURN_IF_ERROR(format_internal::pread_exact(file.fd.get(), text.data(), text.size(), 0, path));
   return decode_manifest(text, path);
 }
 

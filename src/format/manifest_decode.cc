@@ -67,6 +67,11 @@ Status decode_header(const Fields& top, Manifest* m) {
     return top.error("step", "is neither an integer nor null");
   }
   FP_ASSIGN_OR_RETURN(m->sequence, top.u64("sequence"));
+  if (m->sequence == 0 || m->sequence > kMaxManifestSequence) {
+    // The manager gives the next save the highest sequence + 1: a huge one would wrap it.
+    return top.error("sequence", "is " + std::to_string(m->sequence) + ", not 1 to " +
+                                     std::to_string(kMaxManifestSequence));
+  }
   FP_ASSIGN_OR_RETURN(const Json* created, top.get("created_unix"));
   if (!created->is_number()) return top.error("created_unix", "is not a number");
   m->created_unix = created->get<double>();
@@ -249,6 +254,26 @@ Status decode_tensors(const Fields& top, const std::string& path, const FileInde
   return Status::ok();
 }
 
+// A manifest written without checksums holds 0 in every checksum field. One that says "none"
+// but holds checksums was altered (to make `verify` skip them): readers would otherwise
+// disagree on whether it is intact.
+Status check_no_checksums(const Fields& top, const Manifest& m) {
+  if (m.checksum_algorithm != kNoChecksum) return Status::ok();
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    if (m.files[i].checksum != 0) {
+      return top.error("checksum_algorithm", "is \"none\" but files[" + std::to_string(i) +
+                                                 "].checksum is set: the manifest was altered");
+    }
+  }
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (m.tensors[i].checksum != 0) {
+      return top.error("checksum_algorithm", "is \"none\" but tensors[" + std::to_string(i) +
+                                                 "].checksum is set: the manifest was altered");
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<Manifest> decode_manifest(std::string_view json, const std::string& path) {
@@ -264,6 +289,7 @@ Result<Manifest> decode_manifest(std::string_view json, const std::string& path)
   FP_RETURN_IF_ERROR(decode_header(top, &m));
   FP_RETURN_IF_ERROR(decode_files(top, path, &m, &files));
   FP_RETURN_IF_ERROR(decode_tensors(top, path, files, &m));
+  FP_RETURN_IF_ERROR(check_no_checksums(top, m));
   return m;
 }
 

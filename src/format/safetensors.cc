@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "common/align.h"
+#include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/dtype.h"
 #include "format/format_internal.h"
@@ -249,14 +250,15 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
 }
 
 Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open safetensors file").with_path(path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(path);
-  if (!S_ISREG(st.st_mode)) {
-    return Status(StatusCode::kInvalidArgument, "not a regular file").with_path(path);
+  Result<RegularFile> file = open_regular_file(path, Symlinks::kFollow, "the safetensors file");
+  if (!file.is_ok()) {
+    // Not a plain file is the caller's mistake here (a path a user named), not damage.
+    const Status& st = file.status();
+    return st.code() == StatusCode::kDataLoss ? Status(StatusCode::kInvalidArgument, st.message()).with_path(path)
+                                              : st;
   }
-  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  const UniqueFd& fd = file->fd;
+  const uint64_t file_bytes = file->size;
   std::string prefix(static_cast<size_t>(std::min<uint64_t>(file_bytes, 8)), '\0');
   FP_RETURN_IF_ERROR(format_internal::pread_exact(fd.get(), prefix.data(), prefix.size(), 0, path));
   Result<SafetensorsHeader> header = parse_safetensors_header(prefix, file_bytes, path);

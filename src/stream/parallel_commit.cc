@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/regular_file.h"
 #include "stream/parallel_records.h"
 #include "stream/writer_files.h"
 
@@ -77,10 +78,7 @@ class WritersLock {
   static Result<WritersLock> acquire(const std::string& partial_path) {
     std::string path = lock_path_of(partial_path);
     for (;;) {
-      UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-      if (!fd.valid()) {
-        return Status::from_errno(errno, "cannot open the writers' lock").with_path(path);
-      }
+      FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(path, O_RDWR, "the writers' lock"));
       FP_RETURN_IF_ERROR(flock_retry(fd.get(), LOCK_EX, path));
       FP_ASSIGN_OR_RETURN(struct stat held, stat_fd(fd.get(), path));
       if (names(path, held)) return WritersLock(partial_path, std::move(fd));
@@ -90,10 +88,7 @@ class WritersLock {
   static Result<std::optional<WritersLock>> try_acquire(const std::string& partial_path) {
     std::string path = lock_path_of(partial_path);
     for (;;) {
-      UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-      if (!fd.valid()) {
-        return Status::from_errno(errno, "cannot open the writers' lock").with_path(path);
-      }
+      FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(path, O_RDWR, "the writers' lock"));
       if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK) return std::optional<WritersLock>();
         if (errno == EINTR) continue;
@@ -249,11 +244,8 @@ Result<UniqueFd> open_shared_partial(const std::string& target, std::string* par
   *partial_path = dir_of(target) + "/." + base + std::string(kPartialSuffix);
   FP_ASSIGN_OR_RETURN(WritersLock lock, WritersLock::acquire(*partial_path));
   // No O_TRUNC: other writers may already have written their stripes.
-  UniqueFd fd(::open(partial_path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd.valid()) {
-    return Status::from_errno(errno, "cannot open the shared temporary file")
-        .with_path(*partial_path);
-  }
+  FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(*partial_path, O_WRONLY,
+                                                                "the shared temporary file"));
   FP_RETURN_IF_ERROR(flock_retry(fd.get(), LOCK_SH, *partial_path));
   return fd;
 }

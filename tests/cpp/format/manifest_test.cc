@@ -109,7 +109,7 @@ TEST(ManifestTest, RoundTripKeepsEveryField) {
 TEST(ManifestTest, RoundTripOfEdgeValues) {
   Manifest m = sample();
   m.step.reset();
-  m.sequence = UINT64_MAX;
+  m.sequence = kMaxManifestSequence;
   m.created_unix = 0.1;
   m.metadata_json = "{}";
   m.versions.clear();
@@ -237,6 +237,11 @@ TEST(ManifestTest, RejectsStructuralDamage) {
   expect_rejected(edited("\"step\": 12", "\"step\": \"12\""), "'step'");
   expect_rejected(edited("\"step\": 12", "\"step\": 1.5"), "'step'");
   expect_rejected(edited("\"sequence\": 3", "\"sequence\": -3"), "'sequence'");
+  // A sequence the next save's (+ 1) could wrap, or that no commit gives.
+  expect_rejected(edited("\"sequence\": 3", "\"sequence\": 18446744073709551615"),
+                  "'sequence' is 18446744073709551615");
+  expect_rejected(edited("\"sequence\": 3", "\"sequence\": 4611686018427387905"), "'sequence'");
+  expect_rejected(edited("\"sequence\": 3", "\"sequence\": 0"), "'sequence' is 0");
   expect_rejected(edited("\"created_unix\": 1712345678.123456", "\"created_unix\": null"),
                   "'created_unix'");
   expect_rejected(edited("\"torch\":\"2.3.0\"", "\"torch\":2"), "'versions.torch'");
@@ -251,9 +256,50 @@ TEST(ManifestTest, RejectsStructuralDamage) {
                   "'files[1].checksum_bytes'");
 }
 
+TEST(ManifestTest, NoChecksumsMeansEveryChecksumIsZero) {
+  Manifest m = sample();
+  m.checksum_algorithm = std::string(kNoChecksum);
+  for (ManifestFile& f : m.files) f.checksum = 0;
+  for (ManifestTensor& t : m.tensors) t.checksum = 0;
+  FP_ASSERT_OK_AND_ASSIGN(Manifest back, decode_manifest(encode_manifest(m), kPath));
+  EXPECT_EQ(back.checksum_algorithm, kNoChecksum);
+}
+
+TEST(ManifestTest, RejectsNestingDeeperThanReadersWalk) {
+  // 200,000 levels overflowed the stack of whatever walked the metadata (SIGSEGV); the parser
+  // stops at 256, with nothing recursive on the way.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  expect_rejected(edited("\"metadata\": {", "\"deep\": " + deep + ", \"metadata\": {"),
+                  "nested deeper than 256 levels");
+  // 254 arrays in the metadata object in the manifest's object: 256 levels, the most allowed.
+  const std::string ok = std::string(254, '[') + std::string(254, ']');
+  Manifest m = sample();
+  m.metadata_json = "{\"a\": " + ok + "}";
+  FP_ASSERT_OK_AND_ASSIGN(Manifest back, decode_manifest(encode_manifest(m), kPath));
+  EXPECT_EQ(back.metadata_json, m.metadata_json.substr(0, 5) + ok + "}");
+  m.metadata_json = "{\"a\": " + std::string(255, '[') + std::string(255, ']') + "}";
+  EXPECT_EQ(check_metadata_json(m.metadata_json).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(check_metadata_json(m.metadata_json).message().find("nested deeper"), std::string::npos);
+  // encode_manifest never walks what check_metadata_json refuses: it writes {} instead.
+  FP_ASSERT_OK_AND_ASSIGN(Manifest blank, decode_manifest(encode_manifest(m), kPath));
+  EXPECT_EQ(blank.metadata_json, "{}");
+  EXPECT_TRUE(check_metadata_json("{\"x\": [1, {\"y\": null}]}").is_ok());
+  EXPECT_FALSE(check_metadata_json("[1]").is_ok());
+  EXPECT_FALSE(check_metadata_json("{\"a\": 1, \"a\": 2}").is_ok());
+}
+
 TEST(ManifestTest, RejectsBadValues) {
   expect_rejected([](Manifest& m) { m.tag = ""; }, "'tag'");
   expect_rejected([](Manifest& m) { m.checksum_algorithm = "md5"; }, "'checksum_algorithm'");
+  // "none" with checksums in place: altered so that verify would skip them.
+  expect_rejected([](Manifest& m) { m.checksum_algorithm = std::string(kNoChecksum); },
+                  "'checksum_algorithm' is \"none\" but files[0].checksum is set");
+  expect_rejected(
+      [](Manifest& m) {
+        m.checksum_algorithm = std::string(kNoChecksum);
+        for (ManifestFile& f : m.files) f.checksum = 0;
+      },
+      "'checksum_algorithm' is \"none\" but tensors[0].checksum is set");
   expect_rejected([](Manifest& m) { m.files[1].name = "../objects.pkl"; }, "'files[1].name'");
   expect_rejected([](Manifest& m) { m.files[1].name = ".."; }, "'files[1].name'");
   expect_rejected([](Manifest& m) { m.files[1].name = "."; }, "'files[1].name'");
