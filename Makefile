@@ -10,6 +10,7 @@
 #   make test      ctest + pytest
 #   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
 #   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`
+#   make fuzz      every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each, clang in build-fuzz/
 #   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
 #   make clean     remove build/, build-asan/, build-tsan/ (keeps .venv)
 
@@ -48,7 +49,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
          -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: all deps venv build python test test-cpp test-python example demo clean distclean \
-  sanitize $(SANITIZERS:%=sanitize-%)
+  sanitize $(SANITIZERS:%=sanitize-%) fuzz
 
 all: test
 
@@ -115,6 +116,23 @@ $(SANITIZERS:%=sanitize-%): sanitize-%: build-%/build.ninja
 	$(CMAKE) --build --preset $* -j $(JOBS)
 	$(CTEST) --preset $* --output-on-failure $(CTEST_ARGS)
 
+# ---------------------------------------------------------------------------- fuzzing
+# libFuzzer needs clang (Debian's `clang` package, installed here on first use); the targets and
+# the library they drive get ASan, UBSan and coverage instrumentation. `make test` replays the
+# committed corpus with the normal build instead (ctest -L fuzz).
+FUZZ_SECONDS ?= 60
+
+build-fuzz/build.ninja: | deps
+	@$(MAKE) --no-print-directory deps APT_PACKAGES=clang
+	CC=clang CXX=clang++ $(CMAKE) -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+	  -DFASTPERSIST_FUZZ=ON -DFASTPERSIST_SANITIZE=address,undefined \
+	  -DFASTPERSIST_BUILD_TESTS=OFF -DFASTPERSIST_BUILD_TOOLS=OFF -DFASTPERSIST_INSTALL=OFF
+
+fuzz: build-fuzz/build.ninja
+	$(CMAKE) --build build-fuzz -j $(JOBS)
+	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 # ---------------------------------------------------------------------------- test / demo
 test: test-cpp test-python
 
@@ -144,7 +162,7 @@ demo: build python $(STAMPS)/deepspeed-ops
 	  --rounds 1 --skip-overlap
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%)
+	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%) build-fuzz
 	rm -f $(STAMPS)/installed
 
 distclean: clean

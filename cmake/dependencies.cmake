@@ -33,7 +33,8 @@ set_target_properties(fastpersist_xxhash PROPERTIES IMPORTED_LOCATION "${XXHASH_
 
 # nlohmann-json: checkpoint manifests and safetensors headers (and the CLI's --json output).
 find_package(nlohmann_json 3.10 REQUIRED)
-if(FASTPERSIST_BUILD_TOOLS)
+# CLI11: the CLI, and the fuzz target of its numeric flags (tests/fuzz).
+if(FASTPERSIST_BUILD_TOOLS OR FASTPERSIST_BUILD_TESTS OR FASTPERSIST_FUZZ)
   find_package(CLI11 REQUIRED)
 endif()
 if(FASTPERSIST_BUILD_TESTS)

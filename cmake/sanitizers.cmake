@@ -21,3 +21,12 @@ if(FASTPERSIST_SANITIZE)
   add_link_options(${fastpersist_sanitize_flags})
   message(STATUS "fastpersist: sanitizers ${FASTPERSIST_SANITIZE}")
 endif()
+
+# FASTPERSIST_FUZZ: libFuzzer's coverage instrumentation in every target, so the fuzzer sees the
+# branches of the library code it drives (the fuzz targets add -fsanitize=fuzzer when linking).
+if(FASTPERSIST_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "FASTPERSIST_FUZZ needs clang (libFuzzer); configure with CXX=clang++")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()

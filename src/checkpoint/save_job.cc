@@ -45,7 +45,10 @@ Manifest build_manifest(const SaveJob& job, ShardWriteResult data, uint64_t obje
 }
 
 Status check_aliases(const CheckpointContent& c) {
-  for (const auto& [alias, target] : c.aliases) {
+  for (const auto& entry : c.aliases) {
+    // Named copies, not structured bindings: clang before 16 cannot capture those in lambdas.
+    const std::string& alias = entry.first;
+    const std::string& target = entry.second;
     bool found = std::any_of(c.tensors.begin(), c.tensors.end(),
                              [&](const TensorSource& t) { return t.name == target; });
     if (!found) {
