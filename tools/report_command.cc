@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/io_backend.h"
 #include "fastpersist/io_engine.h"
@@ -242,6 +243,14 @@ Command add_report_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] {
+            std::error_code ec;
+            if (!std::filesystem::is_directory(args->folder, ec)) {
+              return fail("report",
+                          "--folder '" + args->folder + "': " +
+                              (std::filesystem::exists(args->folder, ec) ? "not a directory"
+                                                                         : "no such directory"),
+                          kExitUsage);
+            }
             Report r = gather(args->folder);
             if (args->json) {
               std::cout << json_text(to_json(r)) << "\n";

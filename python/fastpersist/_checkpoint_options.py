@@ -10,7 +10,10 @@ from typing import Any, Dict, Optional, Union
 
 from . import _core
 from ._system import parse_size
+from ._engine_options import check_flag, check_uint
 from .writer import engine_options
+
+INT64_MAX = (1 << 63) - 1
 
 Size = Union[int, str]
 
@@ -30,12 +33,14 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         raise TypeError(f"fastpersist: unknown checkpoint setting(s): {', '.join(unknown)}")
-    if keep_last is not None and int(keep_last) < 1:
+    keep_last = None if keep_last is None else check_uint("keep_last", keep_last, INT64_MAX)
+    keep_every = None if keep_every is None else check_uint("keep_every", keep_every, INT64_MAX)
+    if keep_last is not None and keep_last < 1:
         raise ValueError("keep_last must be >= 1 (the newest checkpoint is always kept)")
-    if keep_every is not None and int(keep_every) < 1:
+    if keep_every is not None and keep_every < 1:
         raise ValueError("keep_every must be >= 1")
     max_in_flight = settings.get("max_in_flight")
-    if max_in_flight is not None and int(max_in_flight) < 1:
+    if max_in_flight is not None and check_uint("max_in_flight", max_in_flight, INT64_MAX) < 1:
         raise ValueError("max_in_flight must be >= 1")
     o = _core.CheckpointOptions()  # the C++ defaults; only what the caller gave changes
     o.engine = engine_options(*(settings.get(name) for name in _ENGINE))
@@ -44,10 +49,10 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
             setattr(o, field_name, parse_size(settings[name]))
     for name, field_name in _COUNTS.items():
         if settings.get(name) is not None:
-            setattr(o, field_name, int(settings[name]))
+            setattr(o, field_name, check_uint(name, settings[name], INT64_MAX))
     for name, field_name in _FLAGS.items():
         if settings.get(name) is not None:
-            setattr(o, field_name, bool(settings[name]))
-    o.keep_last = None if keep_last is None else int(keep_last)
-    o.keep_every = None if keep_every is None else int(keep_every)
+            setattr(o, field_name, check_flag(name, settings[name]))
+    o.keep_last = keep_last
+    o.keep_every = keep_every
     return o

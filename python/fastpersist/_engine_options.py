@@ -5,6 +5,7 @@ for type and range before it reaches C++."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 from . import _core
@@ -13,12 +14,26 @@ UINT_MAX = (1 << 32) - 1
 
 
 def check_uint(name: str, value: Any, maximum: int) -> int:
-    """An int in [0, maximum]; TypeError / ValueError naming `name` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An int (or an integer type such as numpy's: anything with __index__) in [0, maximum];
+    TypeError / ValueError naming `name` otherwise. Floats and strings are refused, not
+    truncated or parsed."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}") from None
     if value < 0 or value > maximum:
         raise ValueError(f"fastpersist: {name} must be in [0, {maximum}], got {value}")
     return value
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """True or False (numpy's bool too); TypeError naming `name` otherwise: bool("false") is
+    True, so a string or a number is refused rather than guessed at."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"fastpersist: {name} must be True or False, got {type(value).__name__}")
 
 
 def engine_options(
@@ -42,11 +57,11 @@ def engine_options(
     if intra_op_parallelism is not None:
         o.intra_op_parallelism = check_uint("intra_op_parallelism", intra_op_parallelism, UINT_MAX)
     if single_submit is not None:
-        o.single_submit = bool(single_submit)
+        o.single_submit = check_flag("single_submit", single_submit)
     if overlap_events is not None:
-        o.overlap_events = bool(overlap_events)
+        o.overlap_events = check_flag("overlap_events", overlap_events)
     if direct_io is not None:
-        o.direct_io = bool(direct_io)
+        o.direct_io = check_flag("direct_io", direct_io)
     if direct_io_min_bytes is not None:
         o.direct_io_min_bytes = check_uint("direct_io_min_bytes", direct_io_min_bytes, (1 << 64) - 1)
     o.validate()

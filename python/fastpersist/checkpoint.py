@@ -534,6 +534,8 @@ class CheckpointManager:
         return name
 
     def _core_manager(self) -> Any:
+        # Saves and removals need the root's lock, which close() released; reads (list, load,
+        # verify) do not, as the CLI's do not.
         if self.closed:
             raise ValueError(f"the CheckpointManager for {self._root} is closed")
         return self._core

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Optional, Type, Union
 
 from . import _core
-from ._engine_options import engine_options
+from ._engine_options import UINT_MAX, check_flag, check_uint, engine_options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -90,15 +90,15 @@ class FastFileWriter:
         if io_buffer_mb is not None:
             opts.io_buffer_bytes = int(io_buffer_mb * _MiB)
         if single_io_buffer is not None:
-            opts.single_io_buffer = bool(single_io_buffer)
+            opts.single_io_buffer = check_flag("single_io_buffer", single_io_buffer)
         if zero_copy is not None:
-            opts.zero_copy = bool(zero_copy)
+            opts.zero_copy = check_flag("zero_copy", zero_copy)
         if durable is not None:
-            opts.durable = bool(durable)
+            opts.durable = check_flag("durable", durable)
         if num_parallel_writers is not None:
-            opts.num_writers = int(num_parallel_writers)
+            opts.num_writers = check_uint("num_parallel_writers", num_parallel_writers, UINT_MAX)
         if writer_rank is not None:
-            opts.writer_rank = int(writer_rank)
+            opts.writer_rank = check_uint("writer_rank", writer_rank, UINT_MAX)
         if stripe_mb is not None:
             opts.stripe_bytes = int(stripe_mb * _MiB)
         if commit_timeout is not None:
