@@ -11,6 +11,7 @@
 #   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
 #   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`
 #   make fuzz      every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each, clang in build-fuzz/
+#   make soak      SOAK_MINUTES of saves under SIGKILL, ENOSPC and fsync EIO, checked (tests/soak/)
 #   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
 #   make clean     remove build/, build-asan/, build-tsan/ (keeps .venv)
 
@@ -49,7 +50,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
          -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: all deps venv build python test test-cpp test-python example demo clean distclean \
-  sanitize $(SANITIZERS:%=sanitize-%) fuzz
+  sanitize $(SANITIZERS:%=sanitize-%) fuzz soak
 
 all: test
 
@@ -132,6 +133,14 @@ build-fuzz/build.ninja: | deps
 fuzz: build-fuzz/build.ninja
 	$(CMAKE) --build build-fuzz -j $(JOBS)
 	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# ---------------------------------------------------------------------------- soak
+# On demand (root: it loop-mounts an ext4 image); prints its totals and writes soak-report.json.
+SOAK_MINUTES ?= 60
+
+soak: python build
+	FASTPERSIST_CLI=$(CURDIR)/$(CLI) $(VENV_PY) tests/soak/soak.py --minutes $(SOAK_MINUTES) \
+	  --cli $(CURDIR)/$(CLI) --report soak-report.json
 
 # ---------------------------------------------------------------------------- test / demo
 test: test-cpp test-python
