@@ -41,7 +41,7 @@ SANITIZERS := asan tsan
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config python3 python3-venv python3-dev \
   liburing-dev libaio-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev \
-  libxxhash-dev fio e2fsprogs xfsprogs ccache
+  libxxhash-dev libzstd-dev liblz4-dev fio e2fsprogs xfsprogs ccache
 
 # Everything `pip install .` builds from; the package is reinstalled when one of these changes.
 PY_SOURCES := pyproject.toml CMakeLists.txt \

@@ -31,6 +31,14 @@ add_library(fastpersist_xxhash UNKNOWN IMPORTED)
 set_target_properties(fastpersist_xxhash PROPERTIES IMPORTED_LOCATION "${XXHASH_LIBRARY}"
                       INTERFACE_INCLUDE_DIRECTORIES "${XXHASH_INCLUDE_DIR}")
 
+# zstd and lz4: compressed tensor encodings (format/tensor_codec.cc). Required: a build that
+# cannot read a compressed checkpoint would refuse checkpoints other builds wrote.
+if(NOT PkgConfig_FOUND)
+  message(FATAL_ERROR "pkg-config is needed to find libzstd and liblz4 (apt install pkg-config)")
+endif()
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4.0)
+pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4>=1.9.0)
+
 # nlohmann-json: checkpoint manifests and safetensors headers (and the CLI's --json output).
 find_package(nlohmann_json 3.10 REQUIRED)
 # CLI11: the CLI, and the fuzz target of its numeric flags (tests/fuzz).

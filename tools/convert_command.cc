@@ -47,6 +47,8 @@ struct Args {
   std::string dst;
   std::optional<std::string> tag;
   std::optional<std::string> prefix;
+  std::optional<std::string> compression;
+  std::optional<int> compression_level;
   bool drop_non_tensors = false;
   bool unsafe_pickle = false;
   bool overwrite = false;
@@ -58,6 +60,8 @@ std::vector<std::string> python_args(const Args& a) {
   std::vector<std::string> argv = {"-c", kBootstrap};
   if (a.tag) argv.insert(argv.end(), {"--tag", *a.tag});
   if (a.prefix) argv.insert(argv.end(), {"--prefix", *a.prefix});
+  if (a.compression) argv.insert(argv.end(), {"--compression", *a.compression});
+  if (a.compression_level) argv.insert(argv.end(), {"--compression-level", std::to_string(*a.compression_level)});
   if (a.drop_non_tensors) argv.push_back("--drop-non-tensors");
   if (a.unsafe_pickle) argv.push_back("--unsafe-pickle");
   if (a.overwrite) argv.push_back("--overwrite");
@@ -147,6 +151,12 @@ Command add_convert_command(CLI::App& parent) {
                   "Checkpoint DST: DST is the root and TAG the new checkpoint's tag");
   app->add_option("--prefix", args->prefix,
                   "Only tensors whose name starts with PREFIX (e.g. 'model.'), stripped of it");
+  app->add_option("--compression", args->compression,
+                  "Checkpoint DST: store tensors compressed with zstd or lz4, or none (raw, plain "
+                  "safetensors files; the default): compresses or decompresses a checkpoint")
+      ->check(CLI::IsMember({"none", "zstd", "lz4"}));
+  app->add_option("--compression-level", args->compression_level,
+                  "Checkpoint DST: the codec's level (zstd: 1 by default, up to 22; lz4: 0..12)");
   app->add_flag("--drop-non-tensors", args->drop_non_tensors,
                 "Safetensors DST: leave out non-tensor values instead of failing");
   app->add_flag("--unsafe-pickle", args->unsafe_pickle,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <iostream>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -52,7 +53,19 @@ std::string count(size_t n, const std::string& singular, const std::string& plur
 struct DtypeTotal {
   size_t tensors = 0;
   uint64_t bytes = 0;
+  uint64_t stored = 0;  // encodings: bytes as stored
 };
+
+// raw / stored (1 for nothing stored).
+double ratio(uint64_t raw, uint64_t stored) {
+  return stored == 0 ? 1.0 : static_cast<double>(raw) / static_cast<double>(stored);
+}
+
+std::string ratio_text(uint64_t raw, uint64_t stored) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2fx", ratio(raw, stored));
+  return text;
+}
 
 std::string dtype_summary(const std::map<std::string, DtypeTotal>& totals) {
   std::string text;
@@ -109,6 +122,15 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     dtypes[t.dtype].tensors++;
     dtypes[t.dtype].bytes += t.length;
   }
+  // How the tensors are stored: raw, or compressed (tensor_codec.h), with the ratio.
+  std::map<std::string, DtypeTotal> encodings;
+  uint64_t stored_bytes = 0;
+  for (const ManifestTensor& t : m.tensors) {
+    encodings[t.encoding].tensors++;
+    encodings[t.encoding].bytes += t.length;
+    encodings[t.encoding].stored += t.stored_length;
+    stored_bytes += t.stored_length;
+  }
   nlohmann::ordered_json metadata = nlohmann::ordered_json::parse(m.metadata_json, nullptr, false);
   if (metadata.is_discarded()) metadata = m.metadata_json;
 
@@ -132,6 +154,12 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     j["tensor_bytes"] = m.tensor_bytes();
     j["total_bytes"] = total_bytes;
     j["dtypes"] = dtype_json(dtypes);
+    j["stored_bytes"] = stored_bytes;
+    j["compression_ratio"] = ratio(m.tensor_bytes(), stored_bytes);
+    j["encodings"] = nlohmann::ordered_json::object();
+    for (const auto& [name, e] : encodings) {
+      j["encodings"][name] = {{"tensors", e.tensors}, {"bytes", e.bytes}, {"stored_bytes", e.stored}};
+    }
     j["files"] = nlohmann::ordered_json::array();
     for (size_t i = 0; i < m.files.size(); ++i) {
       const ManifestFile& f = m.files[i];
@@ -155,7 +183,8 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
                                          {"offset", t.offset},
                                          {"checksum", checksum_to_hex(t.checksum)},
                                          {"encoding", t.encoding},
-                                         {"stored_bytes", t.stored_length}};
+                                         {"stored_bytes", t.stored_length},
+                                         {"ratio", ratio(t.length, t.stored_length)}};
         if (!t.global_shape.empty()) {
           tensor["global_shape"] = t.global_shape;
           tensor["shard_offsets"] = t.shard_offsets;
@@ -185,6 +214,14 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
                      format_bytes(m.tensor_bytes()) +
                      (m.aliases.empty() ? "" : ", " + count(m.aliases.size(), "alias", "aliases")));
   row("dtypes", dtype_summary(dtypes));
+  if (encodings.size() > 1 || !encodings.contains(std::string(kEncodingRaw))) {
+    std::string stored;
+    for (const auto& [name, e] : encodings) {
+      stored += (stored.empty() ? "" : ", ") + name + " " + count(e.tensors, "tensor", "tensors") + " " +
+                format_bytes(e.bytes) + " -> " + format_bytes(e.stored);
+    }
+    row("stored", stored + " (" + ratio_text(m.tensor_bytes(), stored_bytes) + " smaller)");
+  }
   row("size", format_bytes(total_bytes) + " in " + count(m.files.size(), "file", "files"));
   std::cout << "files:\n";
   std::vector<std::vector<std::string>> file_rows;
@@ -198,9 +235,11 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
   print_table(file_rows, "  ");
   if (tensors) {
     std::cout << "tensors:\n";
-    std::vector<std::vector<std::string>> rows = {{"NAME", "DTYPE", "SHAPE", "SIZE", "FILE"}};
+    std::vector<std::vector<std::string>> rows = {
+        {"NAME", "DTYPE", "SHAPE", "SIZE", "ENCODING", "RATIO", "FILE"}};
     for (const ManifestTensor& t : m.tensors) {
-      rows.push_back({t.name, t.dtype, shape_string(t.shape), format_bytes(t.length), t.file});
+      rows.push_back({t.name, t.dtype, shape_string(t.shape), format_bytes(t.length), t.encoding,
+                      ratio_text(t.length, t.stored_length), t.file});
     }
     print_table(rows, "  ");
     if (!m.aliases.empty()) {

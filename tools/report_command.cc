@@ -20,6 +20,7 @@
 #include "fastpersist/io_backend.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/options.h"
+#include "fastpersist/tensor_codec.h"
 #include "fastpersist/pinned_buffer.h"
 #include "format.h"
 
@@ -162,7 +163,8 @@ nlohmann::json to_json(const Report& r) {
                 {"cxx_standard", static_cast<long>(__cplusplus)},
                 {"io_uring", FASTPERSIST_BUILT_WITH_URING == 1},
                 {"libaio", FASTPERSIST_BUILT_WITH_AIO == 1},
-                {"threads", true}};
+                {"threads", true},
+                {"compression", codec_versions()}};
   return j;
 }
 
@@ -227,6 +229,7 @@ void print_text(const Report& r) {
   row("io_uring backend", FASTPERSIST_BUILT_WITH_URING == 1 ? "built in" : "not built in");
   row("libaio backend", FASTPERSIST_BUILT_WITH_AIO == 1 ? "built in" : "not built in");
   row("threads backend", "built in (always)");
+  row("compression", codec_versions());
 }
 
 }  // namespace

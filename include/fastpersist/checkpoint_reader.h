@@ -31,6 +31,9 @@
 
 namespace fastpersist {
 
+namespace checkpoint {
+struct LoadPlan;  // load_plan.h (private to the library)
+}  // namespace checkpoint
 
 // Committed checkpoints under `root`, oldest to newest (manifest sequence, then tag). Directories
 // that fail the cheap checks are skipped; `skipped` (optional) receives "tag: reason" for each.
@@ -136,6 +139,17 @@ class CheckpointReader {
   const ManifestFile& file_of(const ManifestTensor& t) const { return *files_.at(t.file).first; }
   const std::string& path_of(const ManifestTensor& t) const { return files_.at(t.file).second; }
   Status check_encoding(const ManifestTensor& t) const;
+  // The stored bytes of `tensors` (compressed ones included) in spans, as read() gives raw
+  // tensors' bytes without destinations; data headers checked when `verify_headers`, tensor
+  // checksums never (load() checks them on the decoded bytes).
+  Result<ReadResult> read_stored(const std::vector<size_t>& tensors, bool verify_headers);
+  Result<ReadResult> read_impl(const std::vector<TensorReadRequest>& requests, bool verify,
+                               uint64_t max_in_flight_bytes, uint64_t max_gap_bytes, bool stored_bytes);
+  // load()'s step for compressed tensors (load_decode.cc): decodes every tensor the plan routes
+  // there; `report(bytes)` after each batch.
+  struct DecodeStep;
+  Status load_decoded(const checkpoint::LoadPlan& plan, const LoadRequest& request, LoadResult& out,
+                      const std::function<void(uint64_t)>& report);
 
   std::string dir_;
   Manifest manifest_;

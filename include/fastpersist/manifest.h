@@ -27,8 +27,8 @@ inline constexpr int kManifestFormatVersion = 2;
 inline constexpr int kManifestOldestFormatVersion = 1;
 inline constexpr std::string_view kManifestFormatName = "fastpersist-checkpoint";
 
-// How a tensor's bytes are stored in its file (format v2 `encoding`). Only raw exists today;
-// codecs (compression, deltas) add names here. A manifest may name any encoding of the form
+// How a tensor's bytes are stored in its file (format v2 `encoding`): raw, or a compressed
+// encoding (tensor_codec.h: "zstd", "lz4"). A manifest may name any encoding of the form
 // [a-z0-9_-]{1,64}; check_encoding_supported() is where readers refuse one they cannot decode.
 inline constexpr std::string_view kEncodingRaw = "raw";
 
@@ -133,8 +133,8 @@ Status check_tag_syntax(std::string_view tag);
 
 // Whether this fastpersist can turn `tensor`'s stored bytes into its raw bytes. Every reader
 // (load, verify) calls this before it reads a tensor: a manifest may name an encoding that a
-// newer fastpersist wrote. kUnavailable: "tensor 'x': encoding "zstd" is not supported by
-// this fastpersist (it reads: raw)".
+// newer fastpersist wrote. kUnavailable: "tensor 'x': encoding "delta" is not supported by
+// this fastpersist (it reads: raw, zstd, lz4)".
 Status check_encoding_supported(const ManifestTensor& tensor);
 
 // The largest manifest a reader accepts: about 14 million tensor blocks (4,096 ranks of

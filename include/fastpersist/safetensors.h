@@ -78,6 +78,11 @@ Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry
                                               const std::map<std::string, std::string>& metadata,
                                               uint32_t alignment, SafetensorsHeader* layout);
 
+// Pads a header made by encode_safetensors_header with spaces to exactly `bytes` bytes (length
+// prefix included), updating the prefix: how a writer that lays the data out first fills the
+// room it reserved for the header. kInvalidArgument when the header is longer than that.
+Result<std::string> pad_safetensors_header(std::string header, uint64_t bytes);
+
 // Parses and validates a header. `prefix` holds at least the first 8 bytes of the file; when it
 // is shorter than 8 + N the result is kOutOfRange with the size needed in the message's
 // `length` (call again with more bytes). `file_bytes` is the file's size, checked exactly.

@@ -36,6 +36,7 @@
 #include "fastpersist/manifest.h"
 #include "fastpersist/options.h"
 #include "fastpersist/status.h"
+#include "fastpersist/tensor_codec.h"
 #include "fastpersist/tensor_source.h"
 
 namespace fastpersist {
@@ -59,13 +60,23 @@ struct DataFileOptions {
   // Per-tensor XXH3-64 checksums computed while staging (cheap: the bytes are in cache). Off:
   // every checksum in the records is 0 (the manifest then says checksum_algorithm "none").
   bool checksums = true;
+  // Lossless compression of the tensors' bytes (tensor_codec.h). kNone writes plain
+  // safetensors files. With a codec each data file is written as an encoded file: every tensor
+  // whose first 4 MiB chunk shrinks by 5% or more is stored compressed, chunk by chunk, on
+  // compression_threads worker threads, and the others raw (docs/format.md, "Compressed
+  // tensors"). The snapshot is unchanged (the one copy into staging); compressing follows it.
+  Compression compression = Compression::kNone;
+  std::optional<int> compression_level;  // nullopt: default_compression_level()
+  unsigned compression_threads = 0;      // 0: one per core
 
-  // kInvalidArgument when staging_window_bytes is not a positive multiple of 4096, or the
-  // budget is neither 0 nor at least 4096.
+  // kInvalidArgument when staging_window_bytes is not a positive multiple of 4096, the budget
+  // is neither 0 nor at least 4096, or the compression level is outside the codec's range.
   Status validate() const;
   // The window in force: staging_window_bytes, lowered to a smaller nonzero budget (rounded
   // down to 4096).
   size_t effective_window_bytes() const;
+  // The compression level in force (compression_level or the codec's default).
+  int effective_compression_level() const;
 };
 
 struct ShardWriterOptions : DataFileOptions {
@@ -79,11 +90,13 @@ struct ShardWriteResult {
   // One per data file, in file-name order: role "tensors", its size, the checksum of its
   // safetensors header (bytes [0, checksum_bytes)), and the writer's rank.
   std::vector<ManifestFile> files;
-  // One per tensor, in the order of the input: encoding "raw", stored_length == length,
-  // `offset` absolute in `file`, checksum of the raw bytes (0 without checksums).
+  // One per tensor, in the order of the input: its encoding ("raw" without compression, where
+  // stored_length == length), `offset` absolute in `file`, checksum of the raw bytes (0
+  // without checksums).
   std::vector<ManifestTensor> tensors;
   uint64_t bytes_written = 0;   // all files
   double checksum_seconds = 0;  // CPU time spent checksumming (overlaps the writes)
+  double compress_seconds = 0;  // CPU time spent compressing, all worker threads together
 };
 
 // A checked plan of which tensor goes into which data file at which offset (opaque).
@@ -97,7 +110,8 @@ class ShardPlan {
   ShardPlan(ShardPlan&&) noexcept;
   ShardPlan& operator=(ShardPlan&&) noexcept;
   size_t file_count() const;
-  uint64_t total_bytes() const;           // all data files together, headers included
+  // All data files together, headers included (with compression: the most they can take).
+  uint64_t total_bytes() const;
   std::vector<std::string> file_names() const;
 
   struct Files;

@@ -26,6 +26,7 @@
 #include "tensor_tuple.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/tensor_codec.h"
 #include "fastpersist/safetensors.h"
 
 namespace fastpersist::python {
@@ -230,7 +231,12 @@ void bind_checkpoint(nb::module_& m) {
       .def_rw("keep_last", &CheckpointOptions::keep_last)
       .def_rw("keep_every", &CheckpointOptions::keep_every)
       .def_rw("durable", &CheckpointOptions::durable)
-      .def_rw("checksums", &CheckpointOptions::checksums);
+      .def_rw("checksums", &CheckpointOptions::checksums)
+      .def_prop_rw(
+          "compression", [](const CheckpointOptions& o) { return std::string(compression_name(o.compression)); },
+          [](CheckpointOptions& o, const std::string& name) { o.compression = unwrap(parse_compression(name)); })
+      .def_rw("compression_level", &CheckpointOptions::compression_level)
+      .def_rw("compression_threads", &CheckpointOptions::compression_threads);
 
   nb::class_<PendingSave>(m, "PendingSave")
       .def_prop_ro("tag", &PendingSave::tag)

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _core
 from ._system import parse_size
-from ._engine_options import check_flag, check_uint
+from ._engine_options import check_flag, check_int, check_uint
 from .writer import engine_options
 
 INT64_MAX = (1 << 63) - 1
@@ -20,11 +20,16 @@ Size = Union[int, str]
 # Python name -> C++ field, by kind. Sizes take ints or strings such as "4GiB".
 _SIZES = {"staging_budget": "staging_budget_bytes", "staging_window": "staging_window_bytes",
           "target_file_size": "target_file_bytes", "min_file_size": "min_file_bytes"}
-_COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_flight"}
+_COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_flight",
+           "compression_threads": "compression_threads"}
 _FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums"}
 _ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
 
-SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + _ENGINE
+# The codec's name and level: C++ parses the name and checks the level for the codec.
+_CODEC = ("compression", "compression_level")
+
+SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + _ENGINE + _CODEC
+INT32_MAX = (1 << 31) - 1
 
 
 def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None,
@@ -53,6 +58,15 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
     for name, field_name in _FLAGS.items():
         if settings.get(name) is not None:
             setattr(o, field_name, check_flag(name, settings[name]))
+    compression = settings.get("compression")
+    if compression is not None:
+        if not isinstance(compression, str):
+            raise TypeError("fastpersist: compression must be 'zstd', 'lz4', 'none' or None, "
+                            f"got {type(compression).__name__}")
+        o.compression = compression  # ValueError from C++ for an unknown name
+    level = settings.get("compression_level")
+    if level is not None:
+        o.compression_level = check_int("compression_level", level, -INT32_MAX, INT32_MAX)
     o.keep_last = keep_last
     o.keep_every = keep_every
     return o

@@ -28,6 +28,19 @@ def check_uint(name: str, value: Any, maximum: int) -> int:
     return value
 
 
+def check_int(name: str, value: Any, minimum: int, maximum: int) -> int:
+    """Like check_uint, for a signed range [minimum, maximum]."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}") from None
+    if value < minimum or value > maximum:
+        raise ValueError(f"fastpersist: {name} must be in [{minimum}, {maximum}], got {value}")
+    return value
+
+
 def check_flag(name: str, value: Any) -> bool:
     """True or False (numpy's bool too); TypeError naming `name` otherwise: bool("false") is
     True, so a string or a number is refused rather than guessed at."""

@@ -209,6 +209,13 @@ class CheckpointManager:
         durable: fsync every file and directory [True; turn off only for throwaway runs].
         checksums: XXH3-64 of every tensor, computed while staging and checked on load [True].
             Off, loads and ``verify`` check sizes and headers only.
+        compression: "zstd" or "lz4" to store tensors compressed, losslessly [None: raw,
+            plain safetensors files]. Each 4 MiB chunk is byte-grouped by element width and
+            compressed on worker threads after the snapshot; tensors that do not shrink by 5%
+            stay raw. Loads decode on every core. See docs/compression.md.
+        compression_level: the codec's level [zstd 1, lz4 0]; zstd takes up to 22 (negative:
+            faster), lz4 0..12 (3 and up: LZ4-HC).
+        compression_threads: worker threads that compress [0: one per core].
         backend, block_size, queue_depth, intra_op_parallelism: I/O engine settings.
         distributed: save and load together with the other ranks of torch.distributed
             [None: when it is initialized with more than one rank]. Every rank then creates
@@ -235,6 +242,9 @@ class CheckpointManager:
         min_file_size: Optional[Size] = None,
         durable: Optional[bool] = None,
         checksums: Optional[bool] = None,
+        compression: Optional[str] = None,
+        compression_level: Optional[int] = None,
+        compression_threads: Optional[int] = None,
         backend: Optional[str] = None,
         block_size: Optional[int] = None,
         queue_depth: Optional[int] = None,
@@ -247,6 +257,8 @@ class CheckpointManager:
                     "staging_window": staging_window, "lock_staging_memory": lock_staging_memory,
                     "max_parallel_files": max_parallel_files, "target_file_size": target_file_size,
                     "min_file_size": min_file_size, "durable": durable, "checksums": checksums,
+                    "compression": compression, "compression_level": compression_level,
+                    "compression_threads": compression_threads,
                     "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
                     "intra_op_parallelism": intra_op_parallelism}
         o = checkpoint_options(settings, keep_last, keep_every)

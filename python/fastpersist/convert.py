@@ -410,7 +410,9 @@ def _summary(state: Any) -> Tuple[int, int]:
 # ----------------------------------------------------------------------------- the conversion
 def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[str] = None,
             drop_non_tensors: bool = False, unsafe_pickle: bool = False,
-            overwrite: bool = False, progress: Optional[Progress] = None) -> List[str]:
+            overwrite: bool = False, progress: Optional[Progress] = None,
+            compression: Optional[str] = None,
+            compression_level: Optional[int] = None) -> List[str]:
     """Converts SRC to DST (see the module's docstring); returns lines describing what it did.
 
     `progress(phase, path, done, total)` is called as bytes are read ("read", the SRC file or
@@ -420,6 +422,9 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
     """
     source = _detect_source(src)
     dest = _detect_destination(dst, tag, overwrite)
+    if (compression is not None or compression_level is not None) and dest.kind != "checkpoint":
+        raise ConvertUsageError("--compression and --compression-level apply to a checkpoint DST "
+                                f"only, not to a {dest.kind} file")
     if os.path.exists(dest.path) and os.path.samefile(source.path, dest.path):
         raise ConvertUsageError("SRC and DST are the same file")
     notes = list(source.notes)
@@ -457,9 +462,12 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
         from .errors import CheckpointLockedError
 
         try:
-            manager = CheckpointManager(dest.root)
+            manager = CheckpointManager(dest.root, compression=compression,
+                                        compression_level=compression_level)
         except CheckpointLockedError as e:
             raise ConvertError(str(e)) from None
+        except ValueError as e:  # a level outside the codec's range
+            raise ConvertUsageError(str(e)) from None
         count, nbytes = _summary(state)
         try:
             # No byte counter while a checkpoint saves: report the start and the commit.
@@ -494,6 +502,11 @@ def _parser(prog: Optional[str]) -> argparse.ArgumentParser:
     p.add_argument("dst", metavar="DST", help="where to write (the format follows from the name)")
     p.add_argument("--tag", help="checkpoint DST: DST is the root, TAG the new checkpoint's tag")
     p.add_argument("--prefix", help="only tensors whose name starts with PREFIX, stripped of it")
+    p.add_argument("--compression", choices=("none", "zstd", "lz4"),
+                   help="checkpoint DST: store tensors compressed (zstd, lz4) or raw (none, the "
+                        "default): compresses or decompresses a checkpoint")
+    p.add_argument("--compression-level", type=int,
+                   help="checkpoint DST: the codec's level (zstd 1 by default, up to 22; lz4 0..12)")
     p.add_argument("--drop-non-tensors", action="store_true",
                    help="safetensors DST: leave out non-tensor values instead of failing")
     p.add_argument("--unsafe-pickle", action="store_true",
@@ -547,7 +560,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
             lines = convert(args.src, args.dst, tag=args.tag, prefix=args.prefix,
                             drop_non_tensors=args.drop_non_tensors,
                             unsafe_pickle=args.unsafe_pickle, overwrite=args.overwrite,
-                            progress=bars if bars.enabled else None)
+                            progress=bars if bars.enabled else None,
+                            compression=args.compression,
+                            compression_level=args.compression_level)
     except ConvertError as e:
         print(f"{name}: error: {e}", file=sys.stderr)
         return e.exit_code

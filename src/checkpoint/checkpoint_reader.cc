@@ -15,6 +15,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/encoded_read.h"
 #include "checkpoint/save_job.h"
 #include "checkpoint/staged_read.h"
 #include "common/align.h"
@@ -29,6 +30,7 @@ namespace {
 constexpr uint64_t kReadAlignment = 4096;
 constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // later spans read while earlier verify
 constexpr size_t kSpansInFlight = 8;
+constexpr uint64_t kStoredGapBytes = uint64_t{1} << 20;
 
 Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint64_t actual) {
   return Status(StatusCode::kDataLoss,
@@ -109,7 +111,23 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
 Result<CheckpointReader::ReadResult> CheckpointReader::read(
     const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
     uint64_t max_gap_bytes) {
+  return read_impl(requests, verify, max_in_flight_bytes, max_gap_bytes, /*stored_bytes=*/false);
+}
+
+Result<CheckpointReader::ReadResult> CheckpointReader::read_stored(const std::vector<size_t>& tensors,
+                                                                   bool verify_headers) {
+  std::vector<TensorReadRequest> requests;
+  requests.reserve(tensors.size());
+  for (size_t i : tensors) requests.push_back({i, nullptr, 0});
+  return read_impl(requests, verify_headers, 0, kStoredGapBytes, /*stored_bytes=*/true);
+}
+
+Result<CheckpointReader::ReadResult> CheckpointReader::read_impl(
+    const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
+    uint64_t max_gap_bytes, bool stored_bytes) {
   if (manifest_.checksum_algorithm == kNoChecksum) verify = false;  // nothing to compare with
+  // The raw checksum of an encoded tensor is checked by whoever decodes it.
+  auto checked = [&](const ManifestTensor& t) { return verify && t.encoding == kEncodingRaw; };
   if (verify) {
     std::set<std::string> files;
     for (const TensorReadRequest& r : requests) {
@@ -130,12 +148,17 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
     FP_RETURN_IF_ERROR(check_encoding(t));
+    if (t.encoding != kEncodingRaw && (!stored_bytes || requests[i].destination != nullptr)) {
+      return Status(StatusCode::kInvalidArgument,
+                    "tensor '" + t.name + "' is stored " + t.encoding +
+                        "-compressed: read() gives raw tensors' bytes only; load() decodes it");
+    }
     if (requests[i].destination != nullptr && requests[i].capacity < t.length) {
       return Status(StatusCode::kInvalidArgument, "the destination of tensor '" + t.name + "' holds " +
                                                       std::to_string(requests[i].capacity) + " bytes, not its " +
                                                       std::to_string(t.length));
     }
-    if (requests[i].destination == nullptr && t.length > 0) by_file[t.file].push_back(i);
+    if (requests[i].destination == nullptr && t.stored_length > 0) by_file[t.file].push_back(i);
     if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
   }
 
@@ -149,9 +172,9 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
       const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
       bool extend = !spans.empty() && spans.back().file == file &&
                     t.offset >= spans.back().end && t.offset - spans.back().end <= max_gap_bytes &&
-                    t.offset + t.length - spans.back().begin <= kMaxSpanBytes;
+                    t.offset + t.stored_length - spans.back().begin <= kMaxSpanBytes;
       if (!extend) spans.push_back({file, t.offset, t.offset, {}});
-      spans.back().end = std::max(spans.back().end, t.offset + t.length);
+      spans.back().end = std::max(spans.back().end, t.offset + t.stored_length);
       spans.back().requests.push_back(i);
     }
   }
@@ -166,7 +189,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (!p.ticket.valid()) {  // an empty tensor: nothing read, the checksum of nothing
       const ManifestTensor& t = manifest_.tensors[requests[p.requests[0]].tensor];
       uint64_t empty = xxh3_64(nullptr, 0);
-      if (verify && first.is_ok() && empty != t.checksum) first = checksum_mismatch(path_of(t), t, empty);
+      if (checked(t) && first.is_ok() && empty != t.checksum) first = checksum_mismatch(path_of(t), t, empty);
       return;
     }
     auto r = p.ticket.wait();
@@ -177,6 +200,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (!verify || !first.is_ok()) return;
     for (size_t i : p.requests) {
       const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+      if (!checked(t)) continue;
       uint64_t actual = xxh3_64(out.data[i], t.length);
       if (actual != t.checksum) {
         first = checksum_mismatch(path_of(t), t, actual);
@@ -274,7 +298,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   // Empty tensors read from spans: still check their recorded checksum.
   for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-    if (t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
+    if (checked(t) && t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
       first = checksum_mismatch(path_of(t), t, xxh3_64(nullptr, 0));
     }
   }
@@ -297,6 +321,30 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
   const std::string& path = path_of(t);
   if (verify) FP_RETURN_IF_ERROR(check_file_header(path, *f));
 
+  // What arrives is the stored bytes: raw ones go to the sink as they are; compressed ones
+  // through a FrameStream, whose chunks go to the sink in pieces of at most piece_bytes.
+  Xxh3Stream hash;
+  std::unique_ptr<checkpoint::FrameStream> frames;
+  if (t.encoding != kEncodingRaw) {
+    FP_ASSIGN_OR_RETURN(ChunkTable table, checkpoint::read_chunk_table(path, t));
+    frames = std::make_unique<checkpoint::FrameStream>(
+        t, std::move(table), [&](uint64_t offset, const std::byte* data, size_t size) -> Status {
+          for (size_t done = 0; done < size;) {
+            size_t n = static_cast<size_t>(std::min<uint64_t>(piece_bytes, size - done));
+            if (verify) hash.update(data + done, n);
+            FP_RETURN_IF_ERROR(sink(offset + done, data + done, n));
+            done += n;
+          }
+          return Status::ok();
+        });
+  }
+  auto consume = [&](uint64_t pos, const std::byte* data, size_t size) -> Status {
+    if (frames) return frames->feed(data, size);
+    if (verify) hash.update(data, size);
+    return sink(pos, data, size);
+  };
+  const uint64_t stored = t.stored_length;
+
   // Two slots: the sink works on one while the next piece is read into the other.
   struct Slot {
     PinnedBuffer buffer;
@@ -312,7 +360,7 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
   }
   auto submit = [&](Slot& slot, uint64_t pos) -> Status {
     slot.pos = pos;
-    slot.size = static_cast<size_t>(std::min(piece_bytes, t.length - pos));
+    slot.size = static_cast<size_t>(std::min(piece_bytes, stored - pos));
     uint64_t begin = align_down(t.offset + pos, kReadAlignment);
     uint64_t end = std::min(align_up(t.offset + pos + slot.size, kReadAlignment), f->size);
     slot.skip = static_cast<size_t>(t.offset + pos - begin);
@@ -333,8 +381,7 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
     return st;
   };
 
-  Xxh3Stream hash;
-  if (t.length > 0) {
+  if (stored > 0) {
     FP_RETURN_IF_ERROR(submit(slots[0], 0));
     uint64_t next = slots[0].size;
     for (size_t cur = 0;; cur ^= 1) {
@@ -347,18 +394,17 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
                           .with_path(path)
                           .with_range(t.offset + slot.pos, slot.size));
       }
-      if (next < t.length) {
+      if (next < stored) {
         Status st = submit(slots[cur ^ 1], next);
         if (!st.is_ok()) return settle(st);
         next += slots[cur ^ 1].size;
       }
-      const std::byte* data = slot.buffer.data() + slot.skip;
-      if (verify) hash.update(data, slot.size);
-      Status st = sink(slot.pos, data, slot.size);
-      if (!st.is_ok()) return settle(st);
-      if (slot.pos + slot.size == t.length) break;
+      Status st = consume(slot.pos, slot.buffer.data() + slot.skip, slot.size);
+      if (!st.is_ok()) return settle(st.with_path(path));
+      if (slot.pos + slot.size == stored) break;
     }
   }
+  if (frames) FP_RETURN_IF_ERROR(frames->finish().with_path(path));
   if (verify && hash.digest() != t.checksum) return checksum_mismatch(path_of(t), t, hash.digest());
   return Status::ok();
 }

@@ -142,4 +142,16 @@ Status write_elements(const std::byte* src, const std::string& src_dtype, uint64
   return Status::ok();
 }
 
+Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes) {
+  FP_ASSIGN_OR_RETURN(PinnedBuffer b, PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(bytes, 1)),
+                                                             /*lock_memory=*/false));
+  return std::make_shared<PinnedBuffer>(std::move(b));
+}
+
+OutputMemory output_of(const LoadDestination& d) {
+  OutputMemory out{d.data, d.dtype, d.shape, d.strides};
+  if (is_contiguous(d.shape, d.strides)) out.strides.clear();
+  return out;
+}
+
 }  // namespace fastpersist::checkpoint

@@ -194,10 +194,8 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
   for (size_t i = 0; i < n; ++i) {
     if (!selected[i]) continue;
     const ManifestTensor& t = m.tensors[i];
-    if (t.encoding != kEncodingRaw) {
-      return Status(StatusCode::kUnavailable, "tensor '" + t.name + "' in " + t.file + " is stored with encoding '" +
-                                                  t.encoding + "', which this fastpersist cannot decode");
-    }
+    if (Status st = check_encoding_supported(t); !st.is_ok()) return st;
+    const bool encoded = t.encoding != kEncodingRaw;
     const DtypeInfo* stored = find_dtype(t.dtype);
     if (stored == nullptr) return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' has an unknown dtype");
     PlannedTensor p;
@@ -231,7 +229,11 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
     bool one_plain_destination = p.destinations.size() == 1 &&
                                  r.destinations[p.destinations[0]].dtype == t.dtype &&
                                  is_contiguous(t.shape, r.destinations[p.destinations[0]].strides);
-    if (t.length == 0 || (p.destinations.empty() && p.dtype == t.dtype)) {
+    if (encoded) {
+      // Stored and raw bytes of one tensor in memory at once, two tensors at a time.
+      bool fits = r.max_memory == 0 || t.length + t.stored_length <= r.max_memory / 2;
+      p.route = fits ? LoadRoute::kDecode : LoadRoute::kStream;
+    } else if (t.length == 0 || (p.destinations.empty() && p.dtype == t.dtype)) {
       p.route = LoadRoute::kSpan;
     } else if (one_plain_destination) {
       p.route = LoadRoute::kDirect;

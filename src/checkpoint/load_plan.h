@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "fastpersist/checkpoint_load.h"
 #include "fastpersist/manifest.h"
+#include "fastpersist/pinned_buffer.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
@@ -29,6 +32,8 @@ enum class LoadRoute {
   kSpan,     // read into new aligned memory that becomes the result without a copy
   kConvert,  // read into a span, then converted / copied into the outputs
   kStream,   // larger than the memory budget: read in pieces, each written into the outputs
+  kDecode,   // compressed: stored bytes read into a span, decoded on every core into the
+             // destination, new memory, or a span that is then converted into the outputs
 };
 
 struct PlannedTensor {
@@ -64,6 +69,12 @@ struct MemoryRange {
   const std::string* name = nullptr;
 };
 Status check_writable(std::vector<MemoryRange> ranges);
+
+// New memory for loaded tensors: aligned, not locked.
+Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes);
+
+// A destination as the memory write_elements fills (contiguous strides spelled as empty).
+OutputMemory output_of(const LoadDestination& d);
 
 // Writes `count` elements of `src` (dtype `src_dtype`, contiguous), which are elements
 // [first, first + count) of the tensor in row-major order, into `out`, converting.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CheckpointReader::load: runs a LoadPlan (load_plan.h). Direct reads first (one read() call,
-// at most max_memory in flight), then the tensors streamed in pieces, then the tensors read into
-// spans, in batches of at most max_memory (64 MiB when progress is reported) so that the memory
+// at most max_memory in flight), then the tensors streamed in pieces, then the compressed
+// tensors (load_decode.cc), then the tensors read into spans, in batches of at most max_memory (64 MiB when progress is reported) so that the memory
 // of converted tensors' spans is released batch by batch.
 #include <algorithm>
 #include <cstring>
@@ -20,17 +20,7 @@ constexpr size_t kResultAlignment = 64;  // of every tensor placed in new memory
 
 uint64_t element_count(const ManifestTensor& t) { return t.length / find_dtype(t.dtype)->size; }
 
-Result<std::shared_ptr<PinnedBuffer>> new_memory(uint64_t bytes) {
-  FP_ASSIGN_OR_RETURN(PinnedBuffer b, PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(bytes, 1)),
-                                                             /*lock_memory=*/false));
-  return std::make_shared<PinnedBuffer>(std::move(b));
-}
-
-checkpoint::OutputMemory output_of(const LoadDestination& d) {
-  checkpoint::OutputMemory out{d.data, d.dtype, d.shape, d.strides};
-  if (checkpoint::is_contiguous(d.shape, d.strides)) out.strides.clear();
-  return out;
-}
+Result<std::shared_ptr<PinnedBuffer>> new_memory(uint64_t bytes) { return checkpoint::new_load_memory(bytes); }
 
 }  // namespace
 
@@ -63,7 +53,7 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
   if (request.progress) request.progress(0, total);
   auto outputs_of = [&](const checkpoint::PlannedTensor& p) {
     std::vector<checkpoint::OutputMemory> outputs;
-    for (size_t d : p.destinations) outputs.push_back(output_of(request.destinations[d]));
+    for (size_t d : p.destinations) outputs.push_back(checkpoint::output_of(request.destinations[d]));
     return outputs;
   };
 
@@ -104,7 +94,10 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
     report(t.length);
   }
 
-  // 3. Into spans: the results themselves, or converted into their outputs batch by batch.
+  // 3. Compressed: decoded on every core, batch by batch (load_decode.cc).
+  FP_RETURN_IF_ERROR(load_decoded(plan, request, out, report));
+
+  // 4. Into spans: the results themselves, or converted into their outputs batch by batch.
   auto run_batch = [&](const std::vector<size_t>& batch, uint64_t batch_bytes) -> Status {
     std::vector<TensorReadRequest> reads;
     reads.reserve(batch.size());

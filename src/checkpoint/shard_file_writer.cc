@@ -12,15 +12,12 @@
 #include <memory>
 #include <string>
 
-#include "buffer/device_copy.h"
+#include "checkpoint/staging_copy.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 
 namespace fastpersist::checkpoint {
 namespace {
-
-// Copy granule: small enough that the checksum pass reads the bytes from cache.
-constexpr size_t kCopyChunk = size_t{1} << 20;
 
 struct InFlight {
   IoTicket ticket;
@@ -39,30 +36,20 @@ class SourceCursor {
     advance_empty();
   }
 
-  // Copies up to `n` bytes into `window`; `*copied` says how many. Host memory is copied in
-  // kCopyChunk pieces, each hashed right away while it is in cache. Device memory goes in one
-  // DMA per tensor and window (one synchronization each), then is hashed from the window.
+  // Copies up to `n` bytes into `window`; `*copied` says how many (staging_copy.h).
   Status copy(PinnedBuffer& window, size_t n, size_t* copied) {
     std::byte* dst = window.data();
     size_t done = 0;
     Status st;
     while (done < n && !finished()) {
-      const std::byte* src = piece_data();
-      size_t left = piece_size() - pos_;
-      size_t take = 0;
-      if (int device = piece_device(); device >= 0) {
-        take = std::min(left, n - done);
-        st = buffer::prepare_copy_target(window, device);
-        if (st.is_ok()) st = buffer::copy_from_device(dst + done, src + pos_, take, device);
-        if (!st.is_ok()) {
-          st = Status(st.code(), "snapshot of tensor '" + piece_name() + "': " + st.message());
-          break;
-        }
+      size_t take = static_cast<size_t>(std::min<uint64_t>(piece_size() - pos_, n - done));
+      if (piece_ < 0) {
+        std::memcpy(dst + done, piece_data() + pos_, take);  // the header: not a tensor's bytes
       } else {
-        take = std::min({left, n - done, kCopyChunk});
-        std::memcpy(dst + done, src + pos_, take);
+        StagingHash hash{checksums_ ? &stream_ : nullptr, &sums_->checksum_seconds};
+        st = stage_bytes(*piece_source(), pos_, take, window, dst + done, hash);
+        if (!st.is_ok()) break;
       }
-      if (piece_ >= 0 && checksums_) hash(dst + done, take);
       pos_ += take;
       done += take;
       if (pos_ == piece_size()) next_piece();
@@ -73,20 +60,8 @@ class SourceCursor {
   bool finished() const { return piece_ >= static_cast<long>(file_.tensors.size()); }
 
  private:
-  void hash(const std::byte* p, size_t bytes) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (size_t off = 0; off < bytes; off += kCopyChunk) {
-      stream_.update(p + off, std::min(kCopyChunk, bytes - off));
-    }
-    sums_->checksum_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
   const TensorSource* piece_source() const {
     return piece_ < 0 ? nullptr : &sources_[file_.tensors[static_cast<size_t>(piece_)]];
-  }
-  int piece_device() const { return piece_ < 0 ? -1 : piece_source()->device; }
-  std::string piece_name() const {
-    return piece_ < 0 ? std::string("(header)") : piece_source()->name;
   }
   const std::byte* piece_data() const {
     if (piece_ < 0) return reinterpret_cast<const std::byte*>(file_.header.data());

@@ -16,6 +16,8 @@
 
 #include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
+#include "common/task_pool.h"
+#include "fastpersist/tensor_codec.h"
 #include "fastpersist/tensor_source.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/status.h"
@@ -27,6 +29,17 @@ struct ShardFileOutcome {
   uint64_t header = 0;               // checksum of bytes [0, data_start)
   std::vector<uint64_t> tensors;     // checksums in file order (PlannedFile::tensors)
   double checksum_seconds = 0;       // time spent checksumming (what checksums cost the save)
+  // Encoded files only (the plan lays raw files out): where each tensor's stored bytes went, in
+  // file order, the file's final size and where its data starts.
+  struct Stored {
+    uint64_t offset = 0;  // absolute, in the file
+    uint64_t length = 0;
+    Compression encoding = Compression::kNone;
+  };
+  std::vector<Stored> stored;
+  uint64_t file_size = 0;
+  uint64_t data_start = 0;
+  double compress_seconds = 0;       // CPU time of this file's compression tasks
 };
 
 struct ShardWriteArgs {
@@ -39,8 +52,13 @@ struct ShardWriteArgs {
   bool durable = true;
   bool checksums = true;                      // off: tensors' checksums stay 0
   std::function<void()> on_snapshot_done;     // every source byte is staged (called once)
+  // Encoded files (PlannedFile::encoded): the codec, its level, and the workers that compress.
+  Compression compression = Compression::kNone;
+  int compression_level = 0;
+  TaskPool* compressors = nullptr;
 };
 
+// A raw file (valid safetensors, laid out by the plan).
 Status write_shard_file(const ShardWriteArgs& args, ShardFileOutcome* out);
 
 }  // namespace fastpersist::checkpoint

@@ -40,7 +40,23 @@ Status check_tensor(const TensorSource& t) {
   return Status::ok();
 }
 
+// The most a tensor of `nbytes` can take in an encoded file.
+uint64_t encoded_bound(Compression c, uint64_t nbytes) {
+  uint64_t chunks = chunk_count(nbytes, kCodecChunkBytes);
+  uint64_t full = nbytes / kCodecChunkBytes;
+  uint64_t bound = full * chunk_frame_bound(c, kCodecChunkBytes) + chunk_table_bytes(chunks);
+  if (chunks > full) bound += chunk_frame_bound(c, static_cast<size_t>(nbytes % kCodecChunkBytes));
+  return std::max(nbytes, bound);
+}
+
 }  // namespace
+
+uint64_t encoded_header_reserve(const SafetensorsHeader& raw_layout) {
+  constexpr uint64_t kEntrySlack = 64;
+  constexpr uint64_t kMetadataSlack = 128;  // the "fastpersist.encoding" entry
+  uint64_t bytes = raw_layout.data_start + kEntrySlack * raw_layout.tensors.size() + kMetadataSlack;
+  return (bytes + kSafetensorsDefaultAlignment - 1) / kSafetensorsDefaultAlignment * kSafetensorsDefaultAlignment;
+}
 
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
                                             const DataFileOptions& options,
@@ -93,6 +109,12 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
                                                                 kSafetensorsDefaultAlignment,
                                                                 &file.layout));
     file.size = file.layout.file_bytes();
+    if (options.compression != Compression::kNone) {
+      file.encoded = true;
+      file.encoded_header_bytes = encoded_header_reserve(file.layout);
+      file.size = file.encoded_header_bytes;
+      for (size_t i : file.tensors) file.size += encoded_bound(options.compression, tensors[i].nbytes);
+    }
     files.push_back(std::move(file));
   }
   return files;

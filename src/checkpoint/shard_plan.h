@@ -25,12 +25,23 @@ struct PlannedFile {
   std::vector<size_t> tensors;  // indices into the content's tensors, in file order
   std::string header;           // encoded safetensors header (length prefix + padded JSON)
   SafetensorsHeader layout;     // offsets of the tensors, same order as `tensors`
-  uint64_t size = 0;            // whole file
+  uint64_t size = 0;            // whole file (encoded: the most it can take)
+  // With compression the file is encoded (encoded_file_writer.h): the tensors' stored bytes
+  // follow each other from `encoded_header_bytes` on, and the header, written last, is padded
+  // to exactly that many bytes (reserved at plan time: the most the real header can take).
+  // `header` and `layout` then describe the tensors as if raw (what the plan is checked by).
+  bool encoded = false;
+  uint64_t encoded_header_bytes = 0;
 };
 
+// The reserved header size of an encoded file whose raw header is `raw_layout`: every entry of
+// the real header (U8 and one dimension for a compressed tensor, its own dtype and shape for a
+// raw one, offsets of up to 20 digits) is at most 64 bytes longer than in the raw header.
+uint64_t encoded_header_reserve(const SafetensorsHeader& raw_layout);
+
 // Validates the tensors (names, dtypes, nbytes == shape x dtype size, data pointers) and plans
-// the files, named by data_file_name(index, count, rank). kInvalidArgument names the offending
-// tensor.
+// the files, named by data_file_name(index, count, rank); with options.compression, encoded
+// files. kInvalidArgument names the offending tensor.
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
                                             const DataFileOptions& options,
                                             std::optional<uint32_t> rank = std::nullopt);

@@ -14,9 +14,11 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/encoded_file_writer.h"
 #include "checkpoint/shard_file_writer.h"
 #include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
+#include "common/task_pool.h"
 
 namespace fastpersist {
 namespace {
@@ -33,7 +35,14 @@ Status DataFileOptions::validate() const {
                   "staging_budget_bytes must be 0 (unbounded) or at least 4096, got " +
                       std::to_string(staging_budget_bytes));
   }
+  if (compression != Compression::kNone) {
+    FP_RETURN_IF_ERROR(check_compression_level(compression, effective_compression_level()));
+  }
   return Status::ok();
+}
+
+int DataFileOptions::effective_compression_level() const {
+  return compression_level.value_or(default_compression_level(compression));
 }
 
 size_t DataFileOptions::effective_window_bytes() const {
@@ -130,6 +139,15 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
   auto on_file_staged = [&] {
     if (snapshots_left.fetch_sub(1) == 1 && on_snapshot_done) on_snapshot_done();
   };
+  // Compressing workers, for this write only (joined when it ends).
+  const bool encoded = std::any_of(files.begin(), files.end(), [](const PlannedFile& f) { return f.encoded; });
+  std::unique_ptr<TaskPool> compressors;
+  if (encoded) {
+    uint64_t chunks = 0;
+    for (const TensorSource& t : tensors) chunks += chunk_count(t.nbytes, kCodecChunkBytes);
+    compressors = std::make_unique<TaskPool>(
+        TaskPool::choose_threads(options.compression_threads, static_cast<size_t>(chunks)));
+  }
   auto worker = [&] {
     for (size_t i = next.fetch_add(1); i < files.size(); i = next.fetch_add(1)) {
       checkpoint::ShardWriteArgs args;
@@ -142,7 +160,11 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
       args.durable = options.durable;
       args.checksums = options.checksums;
       args.on_snapshot_done = on_file_staged;
-      Status st = checkpoint::write_shard_file(args, &(*outcomes)[i]);
+      args.compression = options.compression;
+      args.compression_level = options.effective_compression_level();
+      args.compressors = compressors.get();
+      Status st = files[i].encoded ? checkpoint::write_encoded_file(args, &(*outcomes)[i])
+                                   : checkpoint::write_shard_file(args, &(*outcomes)[i]);
       if (!st.is_ok()) {
         std::lock_guard lock(mu);
         // The first real failure wins over the "cancelled" of the files it stopped.
@@ -170,16 +192,18 @@ ShardWriteResult make_records(const std::vector<PlannedFile>& files,
   r.tensors.resize(tensors.size());
   for (size_t f = 0; f < files.size(); ++f) {
     const PlannedFile& file = files[f];
+    const ShardFileOutcome& outcome = outcomes[f];
     ManifestFile data;
     data.name = file.name;
     data.role = "tensors";
-    data.size = file.size;
-    data.checksum = outcomes[f].header;
-    data.checksum_bytes = file.layout.data_start;
+    data.size = file.encoded ? outcome.file_size : file.size;
+    data.checksum = outcome.header;
+    data.checksum_bytes = file.encoded ? outcome.data_start : file.layout.data_start;
     data.rank = rank;
+    r.bytes_written += data.size;
     r.files.push_back(std::move(data));
-    r.bytes_written += file.size;
-    r.checksum_seconds += outcomes[f].checksum_seconds;
+    r.checksum_seconds += outcome.checksum_seconds;
+    r.compress_seconds += outcome.compress_seconds;
     for (size_t k = 0; k < file.tensors.size(); ++k) {
       const TensorSource& t = tensors[file.tensors[k]];
       const SafetensorsTensor& at = file.layout.tensors[k];
@@ -188,11 +212,18 @@ ShardWriteResult make_records(const std::vector<PlannedFile>& files,
       mt.dtype = t.dtype;
       mt.shape = t.shape;
       mt.file = file.name;
-      mt.offset = file.layout.data_start + at.begin;
       mt.length = at.nbytes();
-      mt.encoding = std::string(kEncodingRaw);
-      mt.stored_length = mt.length;
-      mt.checksum = outcomes[f].tensors[k];
+      if (file.encoded) {
+        const ShardFileOutcome::Stored& stored = outcome.stored[k];
+        mt.offset = stored.offset;
+        mt.encoding = std::string(encoding_of(stored.encoding));
+        mt.stored_length = stored.length;
+      } else {
+        mt.offset = file.layout.data_start + at.begin;
+        mt.encoding = std::string(kEncodingRaw);
+        mt.stored_length = mt.length;
+      }
+      mt.checksum = outcome.tensors[k];
     }
   }
   return r;

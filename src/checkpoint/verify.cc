@@ -4,11 +4,13 @@
 // number of tensors: each file's tensors come from one ManifestIndex, its header's by a hash
 // map, and the checksum ranges of a file are walked once in offset order.
 #include <algorithm>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <unordered_map>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/encoded_read.h"
 #include "checkpoint/file_stream.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"
@@ -17,6 +19,8 @@
 
 namespace fastpersist {
 namespace {
+
+const std::string kStoredDtype = "U8";
 
 std::string describe(const Status& st) {
   std::string text = st.message();
@@ -48,7 +52,11 @@ void check_header(const std::string& path, const ManifestFile& f, const Manifest
       continue;
     }
     const SafetensorsTensor& h = header->tensors[k->second];
-    if (h.dtype != t.dtype || h.shape != t.shape || header->data_start + h.begin != t.offset ||
+    // A compressed tensor is a U8 entry of its stored bytes (encoded_file_writer.h).
+    const bool raw = t.encoding == kEncodingRaw;
+    const std::string& dtype = raw ? t.dtype : kStoredDtype;
+    const std::vector<uint64_t> shape = raw ? t.shape : std::vector<uint64_t>{t.stored_length};
+    if (h.dtype != dtype || h.shape != shape || header->data_start + h.begin != t.offset ||
         h.nbytes() != t.stored_length) {
       problems.push_back("tensor '" + t.name + "': the header of " + f.name +
                          " disagrees with the manifest (dtype, shape or offsets)");
@@ -64,27 +72,53 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
   struct Range {
     uint64_t begin, end, expected;
     size_t tensor;  // index into m.tensors, or SIZE_MAX for the file's leading bytes
+    // Compressed tensors: the stored bytes are decoded as they stream by, and the raw bytes
+    // hashed (the checksum is of those). Null: the bytes themselves are hashed.
+    std::unique_ptr<checkpoint::FrameStream> frames;
+    Status damage;  // a frame that did not decode
   };
   constexpr size_t kLeadingBytes = SIZE_MAX;
   std::vector<Range> ranges;
   ranges.reserve(tensors.size() + 1);
-  ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes});
+  ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes, nullptr, {}});
   for (size_t i : tensors) {
     const ManifestTensor& t = m.tensors[i];
     // The checksum is of the raw bytes; only a supported encoding can give them back.
     if (!check_encoding_supported(t).is_ok()) continue;
-    ranges.push_back({t.offset, t.offset + t.stored_length, t.checksum, i});
+    ranges.push_back({t.offset, t.offset + t.stored_length, t.checksum, i, nullptr, {}});
   }
   std::sort(ranges.begin(), ranges.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   std::vector<Xxh3Stream> streams(ranges.size());
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    if (ranges[r].tensor == kLeadingBytes) continue;
+    const ManifestTensor& t = m.tensors[ranges[r].tensor];
+    if (t.encoding == kEncodingRaw) continue;
+    Result<ChunkTable> table = checkpoint::read_chunk_table(path, t);
+    if (!table.is_ok()) {
+      ranges[r].damage = table.status();
+      continue;
+    }
+    Xxh3Stream* hash = &streams[r];
+    ranges[r].frames = std::make_unique<checkpoint::FrameStream>(
+        t, std::move(table).value(), [hash](uint64_t, const std::byte* data, size_t n) {
+          hash->update(data, n);
+          return Status::ok();
+        });
+  }
   size_t first_open = 0;
   auto consume = [&](uint64_t off, const std::byte* data, size_t n) {
     uint64_t end = off + n;
     for (size_t r = first_open; r < ranges.size() && ranges[r].begin < end; ++r) {
       uint64_t b = std::max(ranges[r].begin, off);
       uint64_t e = std::min(ranges[r].end, end);
-      if (b < e) streams[r].update(data + (b - off), static_cast<size_t>(e - b));
+      if (b >= e) continue;
+      Range& range = ranges[r];
+      if (range.frames && range.damage.is_ok()) {
+        range.damage = range.frames->feed(data + (b - off), static_cast<size_t>(e - b));
+      } else if (!range.frames && range.damage.is_ok()) {
+        streams[r].update(data + (b - off), static_cast<size_t>(e - b));
+      }
     }
     while (first_open < ranges.size() && ranges[first_open].end <= end) ++first_open;
     *checked += n;
@@ -92,6 +126,11 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
   };
   FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, engine, consume));
   for (size_t r = 0; r < ranges.size(); ++r) {
+    if (ranges[r].frames && ranges[r].damage.is_ok()) ranges[r].damage = ranges[r].frames->finish();
+    if (!ranges[r].damage.is_ok()) {
+      problems.push_back(ranges[r].damage.message());
+      continue;
+    }
     uint64_t actual = streams[r].digest();
     if (actual == ranges[r].expected) continue;
     std::string what = ranges[r].tensor != kLeadingBytes ? "tensor '" + m.tensors[ranges[r].tensor].name + "'"

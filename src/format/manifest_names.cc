@@ -5,6 +5,7 @@
 
 #include "common/printable.h"
 #include "fastpersist/manifest.h"
+#include "fastpersist/tensor_codec.h"
 
 namespace fastpersist {
 namespace format_internal {
@@ -74,11 +75,12 @@ Status check_tag_syntax(std::string_view tag) {
 }
 
 Status check_encoding_supported(const ManifestTensor& tensor) {
-  if (tensor.encoding == kEncodingRaw) return Status::ok();
+  if (compression_of_encoding(tensor.encoding).has_value()) return Status::ok();
   return Status(StatusCode::kUnavailable,
                 "tensor '" + printable(tensor.name) + "': encoding \"" +
                     printable(tensor.encoding) + "\" is not supported by this fastpersist (it reads: " +
-                    std::string(kEncodingRaw) + "); a newer fastpersist wrote this checkpoint");
+                    std::string(kEncodingRaw) + ", " + std::string(kEncodingZstd) + ", " +
+                    std::string(kEncodingLz4) + "); a newer fastpersist wrote this checkpoint");
 }
 
 }  // namespace fastpersist

@@ -194,6 +194,16 @@ Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry
   return bytes;
 }
 
+Result<std::string> pad_safetensors_header(std::string header, uint64_t bytes) {
+  if (header.size() < 8 || header.size() > bytes || bytes - 8 > kSafetensorsMaxHeaderBytes) {
+    return bad_entry("the header takes " + std::to_string(header.size()) + " bytes, more than the " +
+                     std::to_string(bytes) + " reserved for it");
+  }
+  header.resize(static_cast<size_t>(bytes), ' ');
+  store_le64(bytes - 8, header.data());
+  return header;
+}
+
 Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint64_t file_bytes,
                                                    const std::string& path) {
   if (file_bytes < 8) {

@@ -146,12 +146,12 @@ TEST_F(ReferencesTest, UnknownEncodingIsRefusedForReadingByName) {
   FP_ASSERT_OK_AND_ASSIGN(Manifest m, read_manifest(incr_dir()));
   size_t k = 0;
   while (m.tensors[k].length == 0) ++k;
-  m.tensors[k].encoding = "zstd";
+  m.tensors[k].encoding = "delta-xor";
   write_manifest(m);
   // The cheap checks pass: the manifest is well formed, only this build cannot decode it.
   EXPECT_EQ(listed_tags(root_.path()), (std::vector<std::string>{"base", "incr"}));
   FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(incr_dir(), engine_));
-  const std::string why = "tensor '" + m.tensors[k].name + "': encoding \"zstd\" is not supported";
+  const std::string why = "tensor '" + m.tensors[k].name + "': encoding \"delta-xor\" is not supported";
   auto refused = reader->read({{k, nullptr}}, /*verify=*/true);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().to_string();

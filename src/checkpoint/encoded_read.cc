@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// See encoded_read.h.
+#include "checkpoint/encoded_read.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/printable.h"
+#include "common/regular_file.h"
+#include "fastpersist/safetensors.h"
+
+namespace fastpersist::checkpoint {
+namespace {
+
+Status chunk_damaged(const ManifestTensor& t, size_t chunk, const Status& why) {
+  return Status(StatusCode::kDataLoss, tensor_place(t) + ": compressed chunk " + std::to_string(chunk) +
+                                           " is damaged (" + why.message() + ")");
+}
+
+Status pread_exact(int fd, std::byte* out, size_t n, uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, out + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::from_errno(errno, "cannot read a chunk table").with_path(path);
+    if (r == 0) return Status(StatusCode::kDataLoss, "the data file ends inside a chunk table").with_path(path);
+    done += static_cast<size_t>(r);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string tensor_place(const ManifestTensor& t) {
+  return "tensor '" + printable(t.name) + "' in " + printable(t.file);
+}
+
+Result<EncodedTensor> encoded_tensor(const ManifestTensor& t) {
+  std::optional<Compression> c = compression_of_encoding(t.encoding);
+  if (!c) {
+    Status st = check_encoding_supported(t);
+    return st.is_ok() ? Status(StatusCode::kInternal, tensor_place(t) + ": encoding without a codec") : st;
+  }
+  std::optional<size_t> width = safetensors_dtype_size(t.dtype);
+  if (!width) return Status(StatusCode::kDataLoss, tensor_place(t) + " has an unknown dtype");
+  return EncodedTensor{*c, *width};
+}
+
+Result<ChunkTable> chunk_table_in_memory(const ManifestTensor& t, const std::byte* stored) {
+  FP_ASSIGN_OR_RETURN(EncodedTensor e, encoded_tensor(t));
+  const std::string what = tensor_place(t);
+  if (t.stored_length < kChunkTableTrailerBytes) {
+    return Status(StatusCode::kDataLoss, what + ": too short to hold a chunk table: the checkpoint is damaged");
+  }
+  Result<uint64_t> table_bytes =
+      chunk_table_size(stored + t.stored_length - kChunkTableTrailerBytes, t.stored_length);
+  if (!table_bytes.is_ok()) {
+    return Status(StatusCode::kDataLoss, what + ": " + table_bytes.status().message() + ": the checkpoint is damaged");
+  }
+  return parse_chunk_table(stored + t.stored_length - *table_bytes, *table_bytes, e.compression, e.width, t.length,
+                           t.stored_length, what);
+}
+
+Result<ChunkTable> read_chunk_table(const std::string& path, const ManifestTensor& t) {
+  FP_ASSIGN_OR_RETURN(EncodedTensor e, encoded_tensor(t));
+  const std::string what = tensor_place(t);
+  if (t.stored_length < kChunkTableTrailerBytes) {
+    return Status(StatusCode::kDataLoss, what + ": too short to hold a chunk table: the checkpoint is damaged")
+        .with_path(path);
+  }
+  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
+  std::byte trailer[kChunkTableTrailerBytes];
+  const uint64_t end = t.offset + t.stored_length;
+  FP_RETURN_IF_ERROR(pread_exact(file.fd.get(), trailer, sizeof(trailer), end - sizeof(trailer), path));
+  Result<uint64_t> table_bytes = chunk_table_size(trailer, t.stored_length);
+  if (!table_bytes.is_ok()) {
+    return Status(StatusCode::kDataLoss, what + ": " + table_bytes.status().message() + ": the checkpoint is damaged")
+        .with_path(path);
+  }
+  // At most 4 bytes per chunk of at least 1 byte of stored data: bounded by the file.
+  std::vector<std::byte> table(static_cast<size_t>(*table_bytes));
+  FP_RETURN_IF_ERROR(pread_exact(file.fd.get(), table.data(), table.size(), end - *table_bytes, path));
+  Result<ChunkTable> parsed =
+      parse_chunk_table(table.data(), *table_bytes, e.compression, e.width, t.length, t.stored_length, what);
+  if (!parsed.is_ok()) return Status(parsed.status()).with_path(path);
+  return parsed;
+}
+
+Status ParallelDecode::add(const ManifestTensor& t, const std::byte* stored, std::byte* raw) {
+  FP_ASSIGN_OR_RETURN(ChunkTable table, chunk_table_in_memory(t, stored));
+  const size_t width = table.width;
+  auto shared = std::make_shared<ChunkTable>(std::move(table));
+  for (size_t k = 0; k < shared->chunks(); ++k) {
+    group_.run([this, &t, shared, k, width, stored, raw] {
+      thread_local ChunkCodec codec;
+      const uint64_t begin = shared->frame_offsets[k];
+      const uint64_t raw_at = uint64_t{shared->chunk_bytes} * k;
+      Status st = codec.decode(shared->compression, width, stored + begin,
+                               static_cast<size_t>(shared->frame_offsets[k + 1] - begin), raw + raw_at,
+                               static_cast<size_t>(shared->chunk_raw_bytes(k, t.length)));
+      if (!st.is_ok()) {
+        std::lock_guard lock(mu_);
+        if (first_.is_ok()) first_ = chunk_damaged(t, k, st);
+      }
+    });
+  }
+  return Status::ok();
+}
+
+Status ParallelDecode::wait() {
+  group_.wait();
+  std::lock_guard lock(mu_);
+  return first_;
+}
+
+FrameStream::FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink)
+    : t_(t), table_(std::move(table)), width_(table_.width), sink_(std::move(sink)) {}
+
+Status FrameStream::feed(const std::byte* data, size_t n) {
+  while (n > 0) {
+    if (next_chunk_ >= table_.chunks()) {  // the table: already parsed
+      stored_pos_ += n;
+      return Status::ok();
+    }
+    const uint64_t frame_end = table_.frame_offsets[next_chunk_ + 1];
+    size_t take = static_cast<size_t>(std::min<uint64_t>(n, frame_end - stored_pos_));
+    frame_.insert(frame_.end(), data, data + take);
+    stored_pos_ += take;
+    data += take;
+    n -= take;
+    if (stored_pos_ == frame_end) FP_RETURN_IF_ERROR(decode_frame());
+  }
+  return Status::ok();
+}
+
+Status FrameStream::decode_frame() {
+  const size_t k = next_chunk_++;
+  const size_t raw_bytes = static_cast<size_t>(table_.chunk_raw_bytes(k, t_.length));
+  if (!raw_) raw_.reset(new std::byte[table_.chunk_bytes]);
+  Status st = codec_.decode(table_.compression, width_, frame_.data(), frame_.size(), raw_.get(), raw_bytes);
+  frame_.clear();
+  if (!st.is_ok()) return chunk_damaged(t_, k, st);
+  return sink_(uint64_t{table_.chunk_bytes} * k, raw_.get(), raw_bytes);
+}
+
+Status FrameStream::finish() const {
+  if (next_chunk_ < table_.chunks()) {
+    return Status(StatusCode::kDataLoss, tensor_place(t_) + ": the stored bytes end inside chunk " +
+                                             std::to_string(next_chunk_));
+  }
+  return Status::ok();
+}
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Decoding compressed tensors (tensor_codec.h) for the readers (private to src/checkpoint):
+//
+//  - ParallelDecode: tensors whose stored bytes are in memory, every chunk decoded on a task
+//    pool at once (what a load does);
+//  - FrameStream: stored bytes fed in file order in pieces of any size, each frame decoded as
+//    soon as it is complete, its raw bytes handed on in order; memory stays at one frame and
+//    one chunk whatever the tensor's size (what verify and a memory-bounded load do).
+//
+// Stored bytes are untrusted: every error is kDataLoss naming the tensor, its file and chunk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/task_pool.h"
+#include "fastpersist/manifest.h"
+#include "fastpersist/status.h"
+#include "fastpersist/tensor_codec.h"
+
+namespace fastpersist::checkpoint {
+
+// The codec and element width of an encoded tensor (kUnavailable for an unknown encoding).
+struct EncodedTensor {
+  Compression compression = Compression::kNone;
+  size_t width = 1;
+};
+Result<EncodedTensor> encoded_tensor(const ManifestTensor& t);
+
+// "tensor 'x' in tensors-00000-of-00001.safetensors" (for messages).
+std::string tensor_place(const ManifestTensor& t);
+
+// The chunk table of `t`, read from the end of its stored bytes in the file at `path` (two
+// small reads).
+Result<ChunkTable> read_chunk_table(const std::string& path, const ManifestTensor& t);
+// ... or from its stored bytes in memory.
+Result<ChunkTable> chunk_table_in_memory(const ManifestTensor& t, const std::byte* stored);
+
+class ParallelDecode {
+ public:
+  explicit ParallelDecode(TaskPool& pool) : pool_(pool), group_(pool) {}
+  // Queues every chunk of `t` (stored bytes at `stored`, raw bytes to `raw`, t.length of
+  // them). A table that does not parse is returned at once; decoding errors by wait().
+  Status add(const ManifestTensor& t, const std::byte* stored, std::byte* raw);
+  // Waits for every queued chunk; the first error.
+  Status wait();
+
+ private:
+  TaskPool& pool_;
+  TaskGroup group_;
+  std::mutex mu_;
+  Status first_;
+};
+
+class FrameStream {
+ public:
+  // `sink(raw_offset, data, size)` receives the raw bytes in order, one chunk at a time.
+  using Sink = std::function<Status(uint64_t offset, const std::byte* data, size_t size)>;
+  FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink);
+  // The next `n` stored bytes (bytes past the frames, the table, are skipped).
+  Status feed(const std::byte* data, size_t n);
+  // After the last byte: kDataLoss when a frame is still incomplete.
+  Status finish() const;
+
+ private:
+  Status decode_frame();
+
+  const ManifestTensor& t_;
+  const ChunkTable table_;
+  const size_t width_;
+  Sink sink_;
+  ChunkCodec codec_;
+  uint64_t stored_pos_ = 0;   // stored bytes fed so far
+  size_t next_chunk_ = 0;
+  std::vector<std::byte> frame_;  // the bytes of frame next_chunk_ so far
+  std::unique_ptr<std::byte[]> raw_;
+};
+
+}  // namespace fastpersist::checkpoint
