@@ -107,6 +107,7 @@ class CheckpointReader {
   // `max_in_flight_bytes` of slots when bounded, else 256 MiB). Every read is in flight at
   // once, bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination;
   // with `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
+  // Raw tensors only: a compressed one is kInvalidArgument (load() and read_pieces decode).
   struct ReadResult {
     std::vector<std::shared_ptr<LoadedSpan>> spans;  // per request
     std::vector<const std::byte*> data;               // per request: where its bytes are
@@ -139,12 +140,12 @@ class CheckpointReader {
   const ManifestFile& file_of(const ManifestTensor& t) const { return *files_.at(t.file).first; }
   const std::string& path_of(const ManifestTensor& t) const { return files_.at(t.file).second; }
   Status check_encoding(const ManifestTensor& t) const;
-  // The stored bytes of `tensors` (compressed ones included) in spans, as read() gives raw
-  // tensors' bytes without destinations; data headers checked when `verify_headers`, tensor
-  // checksums never (load() checks them on the decoded bytes).
-  Result<ReadResult> read_stored(const std::vector<size_t>& tensors, bool verify_headers);
-  Result<ReadResult> read_impl(const std::vector<TensorReadRequest>& requests, bool verify,
-                               uint64_t max_in_flight_bytes, uint64_t max_gap_bytes, bool stored_bytes);
+  // The stored bytes of `tensors` (compressed ones included) into `buffer` (grown when too
+  // small, else reused: no fresh memory to fault in), one aligned read per tensor; `data[i]`
+  // receives where tensor i's stored bytes start. Data headers checked when `verify_headers`,
+  // tensor checksums never (load() checks them on the decoded bytes).
+  Status read_stored_into(const std::vector<size_t>& tensors, bool verify_headers, PinnedBuffer& buffer,
+                          std::vector<const std::byte*>* data);
   // load()'s step for compressed tensors (load_decode.cc): decodes every tensor the plan routes
   // there; `report(bytes)` after each batch.
   struct DecodeStep;

@@ -418,8 +418,9 @@ class CheckpointManager:
         """The newest committed tag (as the ``latest`` pointer names it), or None."""
         return self._agreed(lambda: _core.latest_checkpoint(self._root))
 
-    def path(self, tag: str) -> str:
-        return os.path.join(self._root, tag)
+    def path(self, tag: Union[int, str]) -> str:
+        """The directory of checkpoint `tag` (an int step or a str tag, as ``save`` takes)."""
+        return os.path.join(self._root, tag_for(tag))
 
     def load(
         self,

@@ -30,7 +30,6 @@ namespace {
 constexpr uint64_t kReadAlignment = 4096;
 constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // later spans read while earlier verify
 constexpr size_t kSpansInFlight = 8;
-constexpr uint64_t kStoredGapBytes = uint64_t{1} << 20;
 
 Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint64_t actual) {
   return Status(StatusCode::kDataLoss,
@@ -108,26 +107,69 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
   return std::unique_ptr<CheckpointReader>(new CheckpointReader(dir, std::move(m), std::move(engine)));
 }
 
+Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bool verify_headers,
+                                          PinnedBuffer& buffer, std::vector<const std::byte*>* data) {
+  if (manifest_.checksum_algorithm == kNoChecksum) verify_headers = false;
+  struct Range {
+    uint64_t begin = 0, end = 0;
+  };
+  std::vector<Range> ranges(tensors.size());
+  std::set<std::string> files;
+  uint64_t total = 0;
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    if (tensors[j] >= manifest_.tensors.size()) return Status(StatusCode::kInvalidArgument, "tensor index out of range");
+    const ManifestTensor& t = manifest_.tensors[tensors[j]];
+    FP_RETURN_IF_ERROR(check_encoding(t));
+    ranges[j].begin = align_down(t.offset, kReadAlignment);
+    ranges[j].end = std::min(align_up(t.offset + t.stored_length, kReadAlignment), file_of(t).size);
+    if (t.stored_length == 0) ranges[j].end = ranges[j].begin;
+    total += align_up(ranges[j].end - ranges[j].begin, kReadAlignment);
+    files.insert(t.file);
+  }
+  if (verify_headers) {
+    for (const std::string& name : files) {
+      const auto& [file, path] = files_.at(name);
+      FP_RETURN_IF_ERROR(check_file_header(path, *file));
+    }
+  }
+  if (buffer.data() == nullptr || buffer.size() < total) {
+    FP_ASSIGN_OR_RETURN(buffer, PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(total, kReadAlignment)),
+                                                       /*lock_memory=*/false));
+  }
+  data->assign(tensors.size(), nullptr);
+  std::vector<IoTicket> tickets;
+  tickets.reserve(tensors.size());
+  Status first;
+  uint64_t at = 0;
+  for (size_t j = 0; j < tensors.size() && first.is_ok(); ++j) {
+    const ManifestTensor& t = manifest_.tensors[tensors[j]];
+    (*data)[j] = buffer.data() + at + (t.offset - ranges[j].begin);
+    if (ranges[j].end == ranges[j].begin) continue;
+    IoRequest req;
+    req.kind = IoKind::kRead;
+    req.buffer = buffer.data() + at;
+    req.length = ranges[j].end - ranges[j].begin;
+    req.path = path_of(t);
+    req.file_offset = ranges[j].begin;
+    Result<IoTicket> ticket = engine_->start(req);
+    if (!ticket.is_ok()) {
+      first = ticket.status();
+      break;
+    }
+    tickets.push_back(std::move(ticket).value());
+    at += align_up(ranges[j].end - ranges[j].begin, kReadAlignment);
+  }
+  for (IoTicket& ticket : tickets) {  // every read finishes before the buffer may be reused
+    Result<uint64_t> r = ticket.wait();
+    if (first.is_ok() && !r.is_ok()) first = r.status();
+  }
+  return first;
+}
+
 Result<CheckpointReader::ReadResult> CheckpointReader::read(
     const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
     uint64_t max_gap_bytes) {
-  return read_impl(requests, verify, max_in_flight_bytes, max_gap_bytes, /*stored_bytes=*/false);
-}
-
-Result<CheckpointReader::ReadResult> CheckpointReader::read_stored(const std::vector<size_t>& tensors,
-                                                                   bool verify_headers) {
-  std::vector<TensorReadRequest> requests;
-  requests.reserve(tensors.size());
-  for (size_t i : tensors) requests.push_back({i, nullptr, 0});
-  return read_impl(requests, verify_headers, 0, kStoredGapBytes, /*stored_bytes=*/true);
-}
-
-Result<CheckpointReader::ReadResult> CheckpointReader::read_impl(
-    const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
-    uint64_t max_gap_bytes, bool stored_bytes) {
   if (manifest_.checksum_algorithm == kNoChecksum) verify = false;  // nothing to compare with
-  // The raw checksum of an encoded tensor is checked by whoever decodes it.
-  auto checked = [&](const ManifestTensor& t) { return verify && t.encoding == kEncodingRaw; };
   if (verify) {
     std::set<std::string> files;
     for (const TensorReadRequest& r : requests) {
@@ -148,7 +190,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read_impl(
     }
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
     FP_RETURN_IF_ERROR(check_encoding(t));
-    if (t.encoding != kEncodingRaw && (!stored_bytes || requests[i].destination != nullptr)) {
+    if (t.encoding != kEncodingRaw) {
       return Status(StatusCode::kInvalidArgument,
                     "tensor '" + t.name + "' is stored " + t.encoding +
                         "-compressed: read() gives raw tensors' bytes only; load() decodes it");
@@ -189,7 +231,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read_impl(
     if (!p.ticket.valid()) {  // an empty tensor: nothing read, the checksum of nothing
       const ManifestTensor& t = manifest_.tensors[requests[p.requests[0]].tensor];
       uint64_t empty = xxh3_64(nullptr, 0);
-      if (checked(t) && first.is_ok() && empty != t.checksum) first = checksum_mismatch(path_of(t), t, empty);
+      if (verify && first.is_ok() && empty != t.checksum) first = checksum_mismatch(path_of(t), t, empty);
       return;
     }
     auto r = p.ticket.wait();
@@ -200,8 +242,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read_impl(
     if (!verify || !first.is_ok()) return;
     for (size_t i : p.requests) {
       const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-      if (!checked(t)) continue;
-      uint64_t actual = xxh3_64(out.data[i], t.length);
+            uint64_t actual = xxh3_64(out.data[i], t.length);
       if (actual != t.checksum) {
         first = checksum_mismatch(path_of(t), t, actual);
         return;
@@ -298,7 +339,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read_impl(
   // Empty tensors read from spans: still check their recorded checksum.
   for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-    if (checked(t) && t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
+    if (verify && t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
       first = checksum_mismatch(path_of(t), t, xxh3_64(nullptr, 0));
     }
   }

@@ -25,7 +25,7 @@ constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
 
 struct Batch {
   std::vector<size_t> plan_index;  // into LoadPlan::tensors
-  CheckpointReader::ReadResult stored;
+  std::vector<const std::byte*> stored;                   // each tensor's stored bytes
   std::vector<std::byte*> raw;                           // where each tensor is decoded
   std::vector<std::shared_ptr<PinnedBuffer>> to_convert;  // set: raw is this span, converted after
   uint64_t raw_bytes = 0;
@@ -55,6 +55,10 @@ struct CheckpointReader::DecodeStep {
     if (todo.empty()) return Status::ok();
     TaskPool pool(TaskPool::choose_threads(0, static_cast<size_t>(chunks)));
     uint64_t limit = request.max_memory != 0 ? std::max<uint64_t>(request.max_memory / 2, 1) : kBatchBytes;
+    // Two buffers of stored bytes, reused batch after batch: one is read into while the other's
+    // batch is decoded.
+    PinnedBuffer stored[2];
+    size_t next_buffer = 0;
     std::unique_ptr<Batch> previous;
     for (size_t i = 0; i < todo.size();) {
       auto batch = std::make_unique<Batch>();
@@ -68,7 +72,8 @@ struct CheckpointReader::DecodeStep {
         tensors.push_back(plan.tensors[todo[i]].tensor);
         bytes += cost;
       }
-      FP_ASSIGN_OR_RETURN(batch->stored, reader.read_stored(tensors, request.verify));
+      FP_RETURN_IF_ERROR(reader.read_stored_into(tensors, request.verify, stored[next_buffer], &batch->stored));
+      next_buffer ^= 1;
       batch->decode = std::make_unique<checkpoint::ParallelDecode>(pool);
       FP_RETURN_IF_ERROR(start(*batch));
       if (previous) FP_RETURN_IF_ERROR(finish(*previous));
@@ -92,14 +97,14 @@ struct CheckpointReader::DecodeStep {
       if (only != nullptr && only->dtype == t.dtype && checkpoint::is_contiguous(t.shape, only->strides)) {
         b.raw[j] = only->data;
       } else if (p.destinations.empty() && p.dtype == t.dtype) {
-        FP_ASSIGN_OR_RETURN(lt.buffer, checkpoint::new_load_memory(t.length));
+        FP_ASSIGN_OR_RETURN(lt.buffer, checkpoint::new_load_memory(t.length, /*huge_pages=*/true));
         lt.offset = 0;
         b.raw[j] = lt.buffer->data();
       } else {
-        FP_ASSIGN_OR_RETURN(b.to_convert[j], checkpoint::new_load_memory(t.length));
+        FP_ASSIGN_OR_RETURN(b.to_convert[j], checkpoint::new_load_memory(t.length, /*huge_pages=*/true));
         b.raw[j] = b.to_convert[j]->data();
       }
-      Status st = b.decode->add(t, b.stored.data[j], b.raw[j]);
+      Status st = b.decode->add(t, b.stored[j], b.raw[j]);
       if (!st.is_ok()) return std::move(st).with_path(reader.path_of(t));
     }
     return Status::ok();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The caller's memory of a load (see load_plan.h): how far a destination reaches, whether this
 // process may write it, and writing converted elements into it, strided or not.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -142,9 +144,11 @@ Status write_elements(const std::byte* src, const std::string& src_dtype, uint64
   return Status::ok();
 }
 
-Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes) {
+Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes, bool huge_pages) {
   FP_ASSIGN_OR_RETURN(PinnedBuffer b, PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(bytes, 1)),
                                                              /*lock_memory=*/false));
+  constexpr uint64_t kHugePage = uint64_t{2} << 20;
+  if (huge_pages && bytes >= kHugePage) (void)::madvise(b.data(), static_cast<size_t>(bytes), MADV_HUGEPAGE);
   return std::make_shared<PinnedBuffer>(std::move(b));
 }
 

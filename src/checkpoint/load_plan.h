@@ -70,8 +70,11 @@ struct MemoryRange {
 };
 Status check_writable(std::vector<MemoryRange> ranges);
 
-// New memory for loaded tensors: aligned, not locked.
-Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes);
+// New memory for loaded tensors: aligned, not locked. `huge_pages`: advise transparent huge
+// pages before the first touch, for memory that CPU threads fill (decoded tensors): their page
+// faults otherwise cost 40% of a decoding thread's time on the benchmark VM
+// (docs/compression.md); memory that O_DIRECT fills keeps ordinary pages (docs/performance.md).
+Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes, bool huge_pages = false);
 
 // A destination as the memory write_elements fills (contiguous strides spelled as empty).
 OutputMemory output_of(const LoadDestination& d);

@@ -96,7 +96,10 @@ def metadata(step: int) -> Dict[str, Any]:
 def run(root: str, seed: int, emit) -> None:
     """Opens the root, builds the first state, says ``started``, then saves until killed."""
     rng = random.Random(seed)
-    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST)
+    # A third of the children write compressed checkpoints: kills land in their pipeline too,
+    # and a root holds both kinds, as after a run changed its setting.
+    compression = (None, "zstd", "lz4")[seed % 3]
+    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, compression=compression)
     steps = [c.step for c in mgr.checkpoints() if c.step is not None]
     # Continue after the newest step on disk, plus a gap: a step that was in flight when the
     # previous child died is never reused (its tag may be on disk only after a commit).

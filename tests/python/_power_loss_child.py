@@ -39,8 +39,8 @@ def small_state(step: int) -> dict:
     return {"model": full["model"], "rng": full["rng"], "step": torch.tensor(step)}
 
 
-def manager(root: str, durable: bool) -> None:
-    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, durable=durable)
+def manager(root: str, durable: bool, compression: str | None = None) -> None:
+    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, durable=durable, compression=compression)
     for i, step in enumerate(STEPS):
         state = make_state(step)
         if i % 2 == 0:
@@ -70,7 +70,12 @@ def dcp(root: str, durable: bool) -> None:
         mark(f"ack {tag} {step}")
 
 
-SCENARIOS = {"manager": manager, "writer": writer, "dcp": dcp}
+def manager_zstd(root: str, durable: bool) -> None:
+    """The manager writing compressed data files (their header is written after the data)."""
+    manager(root, durable, compression="zstd")
+
+
+SCENARIOS = {"manager": manager, "manager-zstd": manager_zstd, "writer": writer, "dcp": dcp}
 
 if __name__ == "__main__":
     scenario, root = sys.argv[1], sys.argv[2]

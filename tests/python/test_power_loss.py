@@ -135,6 +135,12 @@ def test_manager_saves_survive_power_loss_at_every_point(shim, tmp_path):
     _assert_clean(tally)
 
 
+def test_compressed_manager_saves_survive_power_loss_at_every_point(shim, tmp_path):
+    tally = explore(shim, tmp_path, "manager-zstd",
+                    lambda root, acks: check_manager_root(root, acks, child.make_state, child.KEEP_LAST))
+    _assert_clean(tally)
+
+
 def test_writer_files_survive_power_loss_at_every_point(shim, tmp_path):
     _assert_clean(explore(shim, tmp_path, "writer", check_writer_file))
 
