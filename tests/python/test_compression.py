@@ -235,3 +235,20 @@ def test_export_hf_decodes_compressed_checkpoints(tmp_path: Path) -> None:
         if f.endswith(".safetensors"):
             exported.update(load_file(str(tmp_path / "hf" / f)))
     assert _same(exported["w"], state["model"]["w"]) and _same(exported["b"], state["model"]["b"])
+
+
+def test_dcp_writer_compresses_and_reader_decodes(tmp_path: Path) -> None:
+    """FastPersistWriter takes the data-file settings, compression included (every rank's
+    ShardWriter compresses); FastPersistReader decodes through CheckpointReader.load."""
+    import torch.distributed.checkpoint as dist_cp
+
+    from fastpersist.dcp import FastPersistReader, FastPersistWriter
+
+    state = {"w": _weights(1 << 20, torch.bfloat16, 8), "v": _weights(70_001, torch.float32, 9)}
+    dist_cp.save(state, storage_writer=FastPersistWriter(tmp_path / "ckpt", compression="zstd", durable=False))
+    encodings = {t["name"]: t["encoding"] for t in _manifest(tmp_path / "ckpt")["tensors"]}
+    assert "zstd" in encodings.values(), encodings
+    loaded = {k: torch.empty_like(v) for k, v in state.items()}
+    dist_cp.load(loaded, storage_reader=FastPersistReader(tmp_path / "ckpt"))
+    for k in state:
+        assert _same(loaded[k], state[k]), k
