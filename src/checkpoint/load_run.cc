@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // CheckpointReader::load: runs a LoadPlan (load_plan.h). Direct reads first (one read() call,
 // at most max_memory in flight), then the tensors streamed in pieces, then the compressed
-// tensors (load_decode.cc), then the tensors read into spans, in batches of at most max_memory (64 MiB when progress is reported) so that the memory
-// of converted tensors' spans is released batch by batch.
+// tensors (load_decode.cc), then the tensors read into spans, in batches of at most max_memory
+// (64 MiB when progress is reported) so that the memory of converted tensors' spans is released
+// batch by batch.
 #include <algorithm>
 #include <cstring>
 
