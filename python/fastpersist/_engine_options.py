@@ -17,15 +17,7 @@ def check_uint(name: str, value: Any, maximum: int) -> int:
     """An int (or an integer type such as numpy's: anything with __index__) in [0, maximum];
     TypeError / ValueError naming `name` otherwise. Floats and strings are refused, not
     truncated or parsed."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"fastpersist: {name} must be an int, got {type(value).__name__}") from None
-    if value < 0 or value > maximum:
-        raise ValueError(f"fastpersist: {name} must be in [0, {maximum}], got {value}")
-    return value
+    return check_int(name, value, 0, maximum)
 
 
 def check_int(name: str, value: Any, minimum: int, maximum: int) -> int:
