@@ -72,6 +72,13 @@ struct CheckpointOptions : DataFileOptions {
   unsigned max_in_flight = 1;           // saves queued or running; one more waits
   std::optional<unsigned> keep_last;    // retention: the newest N committed checkpoints ...
   std::optional<int64_t> keep_every;    // ... plus those whose step is a multiple of K
+  // Incremental checkpoints (docs/incremental.md): every save hashes each host tensor
+  // (XXH3-128, recorded in the manifest); a save then stores each tensor whose hash, name,
+  // dtype and shape equal the base's as a reference to the base's bytes and writes only the
+  // others. The base is the last full checkpoint; a save is full when the base is missing, when
+  // full_every saves have passed since it (it counts), or when more than half the bytes changed.
+  bool incremental = false;
+  unsigned full_every = 10;             // 1: every save is full
 };
 
 // The state of one save. Shared between the manager's thread and the caller.
@@ -96,6 +103,11 @@ class PendingSave {
   // failed. That does not fail the save (the checkpoint is committed and wait() returns OK);
   // retention runs again after the next save.
   Status retention_status() const;
+  // Incremental saves (CheckpointOptions::incremental), once done: the tag of the base whose
+  // files this checkpoint references ("" for a full checkpoint), and the tensor bytes it took
+  // from there without writing them.
+  std::string base_tag() const;
+  uint64_t referenced_bytes() const;
 
  private:
   std::shared_ptr<State> state_;
@@ -109,6 +121,10 @@ struct CheckpointInfo {
   uint64_t tensor_bytes = 0;
   uint64_t total_bytes = 0;  // all files
   size_t num_tensors = 0;
+  // The checkpoints whose files this one references (an incremental checkpoint names its base;
+  // empty for a full one), in name order. Retention never removes one of them while this one
+  // is kept.
+  std::vector<std::string> references;
 };
 
 class CheckpointManager {

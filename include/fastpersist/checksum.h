@@ -42,6 +42,20 @@ class Xxh3Stream {
   std::unique_ptr<State> state_;
 };
 
+// XXH3-128 (seed 0): the strong content hash incremental checkpoints compare tensors by (a
+// manifest's optional per-tensor `xxh3_128`). Collisions are out of reach for any number of
+// tensors a root can hold, unlike the 64-bit checksum, which only detects damage.
+struct ContentDigest {
+  uint64_t high = 0;
+  uint64_t low = 0;
+  bool operator==(const ContentDigest& other) const = default;
+};
+ContentDigest xxh3_128(const void* data, size_t bytes);
+// 32 lowercase hex digits, `high` first (xxHash's canonical order), and back; nullopt for
+// anything else.
+std::string digest_to_hex(const ContentDigest& digest);
+std::optional<ContentDigest> digest_from_hex(std::string_view text);
+
 // "0123456789abcdef" (16 digits, zero-padded) and back; nullopt for anything else.
 std::string checksum_to_hex(uint64_t value);
 std::optional<uint64_t> checksum_from_hex(std::string_view text);

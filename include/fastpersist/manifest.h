@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fastpersist/checksum.h"  // ContentDigest
 #include "fastpersist/layout.h"  // kManifestFileName, the other on-disk names
 #include "fastpersist/status.h"
 
@@ -48,6 +49,9 @@ struct ManifestTensor {
   // starts at `shard_offsets` (one entry per dimension). Both empty for a whole tensor.
   std::vector<uint64_t> global_shape;
   std::vector<uint64_t> shard_offsets;
+  // v2, optional: XXH3-128 of the raw bytes, written by saves with incremental checkpoints on
+  // (the hash an incremental save compares against its base's manifest). Absent: unknown.
+  std::optional<ContentDigest> digest;
 };
 
 struct ManifestFile {

@@ -74,6 +74,7 @@ nb::dict info_dict(const CheckpointInfo& c) {
   d["tensor_bytes"] = c.tensor_bytes;
   d["total_bytes"] = c.total_bytes;
   d["num_tensors"] = c.num_tensors;
+  d["references"] = c.references;
   return d;
 }
 
@@ -236,7 +237,9 @@ void bind_checkpoint(nb::module_& m) {
           "compression", [](const CheckpointOptions& o) { return std::string(compression_name(o.compression)); },
           [](CheckpointOptions& o, const std::string& name) { o.compression = unwrap(parse_compression(name)); })
       .def_rw("compression_level", &CheckpointOptions::compression_level)
-      .def_rw("compression_threads", &CheckpointOptions::compression_threads);
+      .def_rw("compression_threads", &CheckpointOptions::compression_threads)
+      .def_rw("incremental", &CheckpointOptions::incremental)
+      .def_rw("full_every", &CheckpointOptions::full_every);
 
   nb::class_<PendingSave>(m, "PendingSave")
       .def_prop_ro("tag", &PendingSave::tag)
@@ -248,6 +251,8 @@ void bind_checkpoint(nb::module_& m) {
       .def_prop_ro("total_seconds", &PendingSave::total_seconds)
       .def_prop_ro("bytes", &PendingSave::bytes)
       .def_prop_ro("checksum_seconds", &PendingSave::checksum_seconds)
+      .def_prop_ro("base_tag", &PendingSave::base_tag)
+      .def_prop_ro("referenced_bytes", &PendingSave::referenced_bytes)
       .def_prop_ro("retention_error", [](const PendingSave& p) {
         Status st = p.retention_status();
         return st.is_ok() ? std::string() : st.to_string();

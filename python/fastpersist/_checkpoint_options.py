@@ -21,8 +21,9 @@ Size = Union[int, str]
 _SIZES = {"staging_budget": "staging_budget_bytes", "staging_window": "staging_window_bytes",
           "target_file_size": "target_file_bytes", "min_file_size": "min_file_bytes"}
 _COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_flight",
-           "compression_threads": "compression_threads"}
-_FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums"}
+           "compression_threads": "compression_threads", "full_every": "full_every"}
+_FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums",
+          "incremental": "incremental"}
 _ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
 
 # The codec's name and level: C++ parses the name and checks the level for the codec.

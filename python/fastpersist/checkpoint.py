@@ -74,6 +74,16 @@ class CheckpointInfo:
     tensor_bytes: int
     total_bytes: int
     num_tensors: int
+    #: The checkpoints whose files this one references: an incremental checkpoint's base
+    #: (empty for a full checkpoint). Retention and ``remove`` never delete a referenced base.
+    references: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "references", tuple(self.references))
+
+    @property
+    def incremental(self) -> bool:
+        return bool(self.references)
 
 
 # Tensors up to this size are copied when save_async is called, not by the background snapshot:
@@ -142,6 +152,17 @@ class SaveHandle:
     def checksum_seconds(self) -> float:
         """CPU seconds spent on checksums (computed on staged bytes while the writes run)."""
         return float(self._pending.checksum_seconds)
+
+    @property
+    def base(self) -> Optional[str]:
+        """Once done, for an incremental save: the tag of the full checkpoint whose files it
+        references for the tensors that did not change; None for a full checkpoint."""
+        return str(self._pending.base_tag) or None
+
+    @property
+    def referenced_bytes(self) -> int:
+        """Tensor bytes an incremental save took from its base without writing them."""
+        return int(self._pending.referenced_bytes)
 
     @property
     def retention_error(self) -> Optional[str]:
@@ -215,7 +236,15 @@ class CheckpointManager:
             stay raw. Loads decode on every core. See docs/compression.md.
         compression_level: the codec's level [zstd 1, lz4 0]; zstd takes up to 22 (negative:
             faster), lz4 0..12 (3 and up: LZ4-HC).
-        compression_threads: worker threads that compress [0: one per core].
+        compression_threads: worker threads that compress, and that hash tensors for
+            incremental saves [0: one per core].
+        incremental: store the tensors that did not change since the last full checkpoint as
+            references to its files instead of writing them again [False]. Every save then
+            hashes each tensor (XXH3-128, in the background snapshot). Loads, ``verify``,
+            ``export_hf`` and ``convert`` follow the references; retention and ``remove``
+            never delete a base that a kept checkpoint references. See docs/incremental.md.
+        full_every: with ``incremental``, every N-th save is a full checkpoint, the base of
+            the next ones [10]; a save is also full when more than half of the bytes changed.
         backend, block_size, queue_depth, intra_op_parallelism: I/O engine settings.
         distributed: save and load together with the other ranks of torch.distributed
             [None: when it is initialized with more than one rank]. Every rank then creates
@@ -245,6 +274,8 @@ class CheckpointManager:
         compression: Optional[str] = None,
         compression_level: Optional[int] = None,
         compression_threads: Optional[int] = None,
+        incremental: Optional[bool] = None,
+        full_every: Optional[int] = None,
         backend: Optional[str] = None,
         block_size: Optional[int] = None,
         queue_depth: Optional[int] = None,
@@ -259,6 +290,7 @@ class CheckpointManager:
                     "min_file_size": min_file_size, "durable": durable, "checksums": checksums,
                     "compression": compression, "compression_level": compression_level,
                     "compression_threads": compression_threads,
+                    "incremental": incremental, "full_every": full_every,
                     "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
                     "intra_op_parallelism": intra_op_parallelism}
         o = checkpoint_options(settings, keep_last, keep_every)
@@ -266,6 +298,10 @@ class CheckpointManager:
         self._options = o  # what the C++ manager was opened with (defaults filled in)
         self._dist: Optional["DistributedCheckpoints"] = None
         if _is_distributed(distributed):
+            if incremental:
+                raise ValueError("fastpersist: incremental checkpoints are written by one "
+                                 "process; a multi-rank CheckpointManager saves full ones "
+                                 "(pass incremental=False, or distributed=False)")
             from .distributed import DEFAULT_TIMEOUT, DistributedCheckpoints  # torch.distributed
 
             given = {k: v for k, v in settings.items() if v is not None and k != "max_in_flight"}

@@ -134,7 +134,8 @@ class FastPersistWriter(StorageWriter):
     def __init__(self, path: PathLike, *, step: Optional[int] = None,
                  metadata: Optional[Dict[str, Any]] = None, **settings: Any) -> None:
         super().__init__()
-        unknown = sorted(set(settings) - set(SETTINGS) - {"max_in_flight"})
+        # Incremental checkpoints are the single-process manager's (docs/incremental.md).
+        unknown = sorted(set(settings) - set(SETTINGS) - {"max_in_flight", "incremental", "full_every"})
         if unknown:
             raise TypeError(f"fastpersist: FastPersistWriter got unknown setting(s): {', '.join(unknown)}")
         checkpoint_options(settings)  # checked now, built again in the process that writes

@@ -79,6 +79,8 @@ class _PendingSave:
         self.bytes = 0
         self.checksum_seconds = 0.0
         self.retention_error = ""
+        self.base_tag = ""  # multi-rank saves are full checkpoints
+        self.referenced_bytes = 0
 
     def snapshot_done(self) -> bool:
         return True

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,34 @@ CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
   info.tensor_bytes = m.tensor_bytes();
   info.num_tensors = m.tensors.size();
   for (const ManifestFile& f : m.files) info.total_bytes += f.size;
+  info.references = referenced_tags(m);
   return info;
 }
 
 }  // namespace
+
+std::vector<std::string> referenced_tags(const Manifest& manifest) {
+  std::set<std::string> tags;
+  for (const ManifestFile& f : manifest.files) {
+    std::string_view tag = referenced_checkpoint(f);
+    if (!tag.empty()) tags.emplace(tag);
+  }
+  return {tags.begin(), tags.end()};
+}
+
+std::vector<std::string> referencing(const RootScan& scan, const std::string& tag) {
+  std::vector<std::string> out;
+  auto refers = [&](const std::vector<std::string>& refs) {
+    return std::find(refs.begin(), refs.end(), tag) != refs.end();
+  };
+  for (const CheckpointInfo& c : scan.committed) {
+    if (refers(c.references)) out.push_back(c.tag);
+  }
+  for (const DamagedCheckpoint& d : scan.damaged) {
+    if (refers(d.references)) out.push_back(d.tag);
+  }
+  return out;
+}
 
 uint64_t RootScan::highest_sequence() const {
   uint64_t high = 0;
@@ -55,7 +80,7 @@ Result<RootScan> scan_root(const std::string& root) {
       if (::stat(dir.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
         scan.damaged.push_back({name, "a symbolic link to a directory, which fastpersist does "
                                       "not follow inside a root (refused: it could lead out of it)",
-                                std::nullopt, std::nullopt});
+                                std::nullopt, std::nullopt, {}});
       }
       continue;
     }
@@ -68,10 +93,11 @@ Result<RootScan> scan_root(const std::string& root) {
       scan.committed.push_back(info_of(name, *m));
       continue;
     }
-    DamagedCheckpoint d{name, files.to_string(), std::nullopt, std::nullopt};
+    DamagedCheckpoint d{name, files.to_string(), std::nullopt, std::nullopt, {}};
     if (m.is_ok()) {
       d.sequence = m->sequence;
       d.step = m->step;
+      d.references = referenced_tags(*m);
     }
     scan.damaged.push_back(std::move(d));
   }

@@ -95,10 +95,25 @@ struct CheckpointManager::Impl : CommitHost {
       checkpoint::SaveJob job = std::move(queue.front());
       queue.pop_front();
       job.sequence = next_sequence++;
+      choose_base_locked(&job);
       lock.unlock();
       job.state->mark_started();
       uint64_t bytes = 0;
-      Status st = checkpoint::run_save_job(job, options, *writer, &bytes);
+      std::shared_ptr<const Manifest> committed;
+      Status st = checkpoint::run_save_job(job, options, *writer, &bytes, &committed);
+      if (st.is_ok() && options.incremental) {
+        std::lock_guard l(mu);
+        if (job.state->base_tag.empty()) {
+          base = {job.tag, committed};  // a full checkpoint: the base of the next ones
+          saves_since_base = 0;
+        } else {
+          ++saves_since_base;
+        }
+      }
+      {
+        std::lock_guard l(mu);
+        base_in_use.clear();
+      }
       Status retention;
       if (st.is_ok() && options.keep_last) {
         auto removed = prune_now(options.keep_last, options.keep_every, job.tag);
@@ -115,6 +130,56 @@ struct CheckpointManager::Impl : CommitHost {
       pending_tags.erase(job.tag);
       cv.notify_all();
     }
+  }
+
+  // Incremental saves: the base the next save compares against, unless full_every says this
+  // one is full or the base has gone (removed while nothing referenced it). The base stays in
+  // use, so not removable, until the save ends.
+  void choose_base_locked(checkpoint::SaveJob* job) {
+    if (!options.incremental) return;
+    job->digests = true;
+    if (!base.manifest || saves_since_base + 1 >= options.full_every) return;
+    struct stat st {};
+    std::string manifest = join_path(join_path(root, base.tag), kManifestFileName);
+    if (::lstat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      base = {};
+      return;
+    }
+    job->base_tag = base.tag;
+    job->base = base.manifest;
+    base_in_use = base.tag;
+  }
+
+  // At open: the base of the newest checkpoint, so incremental saves go on where a previous
+  // manager left off (the newest is full and hashed: it is the base; it references a full
+  // base: that one, with the saves since it counted). Anything else: the next save is full.
+  void find_base(const checkpoint::RootScan& scan) {
+    if (!options.incremental || scan.committed.empty()) return;
+    const CheckpointInfo& newest = scan.committed.back();
+    std::string tag = newest.references.empty() ? newest.tag
+                      : newest.references.size() == 1 ? newest.references.front() : "";
+    auto it = std::find_if(scan.committed.begin(), scan.committed.end(),
+                           [&](const CheckpointInfo& c) { return c.tag == tag; });
+    if (it == scan.committed.end() || !it->references.empty()) return;
+    auto m = read_manifest(join_path(root, tag));
+    if (!m.is_ok()) return;
+    bool hashed = std::any_of(m->tensors.begin(), m->tensors.end(),
+                              [](const ManifestTensor& t) { return t.digest.has_value(); });
+    if (!hashed) return;
+    base = {tag, std::make_shared<const Manifest>(std::move(m).value())};
+    saves_since_base = static_cast<unsigned>(std::count_if(
+        scan.committed.begin(), scan.committed.end(),
+        [&](const CheckpointInfo& c) { return c.sequence > it->sequence; }));
+  }
+
+  // Why `tag` cannot be removed now ("" when it can): a save in progress or the base an
+  // incremental save is comparing against (under mu).
+  std::string busy_reason_locked(const std::string& tag) const {
+    if (pending_tags.count(tag) != 0) return "checkpoint '" + tag + "' is being saved; wait for it first";
+    if (!base_in_use.empty() && tag == base_in_use) {
+      return "checkpoint '" + tag + "' is the base of an incremental save in progress; wait for it first";
+    }
+    return "";
   }
 
   Status remove_now(const std::string& tag) {
@@ -134,6 +199,20 @@ struct CheckpointManager::Impl : CommitHost {
     Status repointed = repoint_latest_after_removal({tag});
     Status removed = checkpoint::remove_tree(trash);
     return repointed.is_ok() ? removed : repointed;
+  }
+
+  // remove(tag) of a checkpoint that others reference: they would stop loading.
+  Status refuse_removing_base(const std::string& tag) {
+    FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+    std::vector<std::string> users = checkpoint::referencing(scan, tag);
+    if (users.empty()) return Status::ok();
+    std::string names;
+    for (const std::string& u : users) names += (names.empty() ? "" : ", ") + u;
+    return Status(StatusCode::kInvalidArgument,
+                  "checkpoint '" + tag + "' is the base of incremental checkpoint(s) " + names +
+                      ", which reference its files: remove them first, or make them standalone "
+                      "with `fastpersist convert --materialize`")
+        .with_path(join_path(root, tag));
   }
 
   // After `removed` left the root: if `latest` named one of them, it names the newest remaining
@@ -171,7 +250,7 @@ struct CheckpointManager::Impl : CommitHost {
       if (tag == keep_tag) continue;
       {
         std::lock_guard l(mu);
-        if (pending_tags.count(tag) != 0) continue;
+        if (!busy_reason_locked(tag).empty()) continue;
       }
       // One checkpoint that cannot be removed does not keep the others.
       if (Status st = remove_now(tag); !st.is_ok()) {
@@ -208,6 +287,14 @@ struct CheckpointManager::Impl : CommitHost {
   std::set<std::string> pending_tags;
   std::vector<std::shared_ptr<PendingSave::State>> history;  // outcomes not yet collected
   uint64_t next_sequence = 1;
+  // Incremental checkpoints: the last full checkpoint, the saves since it (worker thread and
+  // open(), under mu), and the base the running save references (removals refuse it).
+  struct Base {
+    std::string tag;
+    std::shared_ptr<const Manifest> manifest;
+  } base;
+  unsigned saves_since_base = 0;
+  std::string base_in_use;
   bool stop = false;
   bool closed = false;
   std::mutex close_mu;  // serializes close(); taken before mu
@@ -260,6 +347,9 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   if (root.empty()) return Status(StatusCode::kInvalidArgument, "checkpoint root is empty");
   FP_RETURN_IF_ERROR(options.validate());
   if (options.max_in_flight == 0) return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
+  if (options.full_every == 0) {
+    return Status(StatusCode::kInvalidArgument, "full_every must be at least 1 (1: every save is full)");
+  }
   CheckpointOptions effective = options;
   effective.staging_window_bytes = options.effective_window_bytes();
   std::error_code mkdir_error;
@@ -284,6 +374,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   // even if one of them is repaired later.
   // decode_manifest bounds every sequence by kMaxManifestSequence, so this cannot wrap.
   impl->next_sequence = scan.highest_sequence() + 1;
+  impl->find_base(scan);
   FP_RETURN_IF_ERROR(repair_latest_pointer(root, scan.committed, options.durable));
   Impl* raw = impl.get();
   impl->worker = std::thread([raw] { raw->run(); });
@@ -421,13 +512,15 @@ size_t CheckpointManager::staging_bytes() const { return impl_->writer->staging_
 Result<std::vector<CheckpointInfo>> CheckpointManager::list() const { return list_checkpoints(impl_->root); }
 
 Status CheckpointManager::remove(const std::string& tag) {
+  FP_RETURN_IF_ERROR(validate_tag(tag));
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
-    if (impl_->pending_tags.count(tag) != 0) {
-      return Status(StatusCode::kBusy, "checkpoint '" + tag + "' is being saved; wait for it first");
+    if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) {
+      return Status(StatusCode::kBusy, busy);
     }
   }
+  FP_RETURN_IF_ERROR(impl_->refuse_removing_base(tag));
   return impl_->remove_now(tag);
 }
 

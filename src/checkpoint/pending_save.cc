@@ -90,6 +90,16 @@ Status PendingSave::retention_status() const {
   return state_->retention;
 }
 
+std::string PendingSave::base_tag() const {
+  std::lock_guard lock(state_->mu);
+  return state_->base_tag;
+}
+
+uint64_t PendingSave::referenced_bytes() const {
+  std::lock_guard lock(state_->mu);
+  return state_->referenced_bytes;
+}
+
 uint64_t PendingSave::bytes() const {
   std::lock_guard lock(state_->mu);
   return state_->bytes;

@@ -34,6 +34,8 @@ struct PendingSave::State {
   Status retention;
   uint64_t bytes = 0;
   double checksum_seconds = 0;
+  std::string base_tag;           // incremental: the base this checkpoint references
+  uint64_t referenced_bytes = 0;  // ... and the tensor bytes it takes from there
   Clock::time_point queued, started, snapshot_end, end;
 };
 

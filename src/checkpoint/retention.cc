@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <set>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "fastpersist/checkpoint_reader.h"
@@ -61,7 +63,7 @@ std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
     }
     const CheckpointInfo& c = committed[i];
     found.push_back(c.tag + ": " + problem);
-    scan->damaged.push_back({c.tag, problem, c.sequence, c.step});
+    scan->damaged.push_back({c.tag, problem, c.sequence, c.step, c.references});
     committed.erase(committed.begin() + static_cast<std::ptrdiff_t>(i));
   }
   return found;
@@ -76,11 +78,65 @@ std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last, cons
   });
 }
 
+RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned> keep_last,
+                                   std::optional<int64_t> keep_every) {
+  RetentionDecision d;
+  std::vector<std::string> selected = select_for_removal(scan.committed, keep_last, keep_every);
+  for (std::string& tag : select_damaged_for_removal(scan, keep_last, keep_every)) selected.push_back(std::move(tag));
+  std::set<std::string> remove(selected.begin(), selected.end());
+  // A kept checkpoint keeps every checkpoint it references (its base), and that one in turn
+  // keeps its own: repeated until nothing changes (bases are full today, so once is enough).
+  std::map<std::string, std::vector<std::string>> kept_for;
+  auto protect = [&](const std::string& tag, const std::vector<std::string>& refs) {
+    bool changed = false;
+    if (remove.count(tag) != 0) return changed;
+    for (const std::string& r : refs) {
+      if (remove.erase(r) != 0) changed = true;
+      std::vector<std::string>& users = kept_for[r];
+      if (std::find(users.begin(), users.end(), tag) == users.end()) users.push_back(tag);
+    }
+    return changed;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const CheckpointInfo& c : scan.committed) changed = protect(c.tag, c.references) || changed;
+    for (const DamagedCheckpoint& x : scan.damaged) changed = protect(x.tag, x.references) || changed;
+  }
+  for (const std::string& tag : selected) {
+    if (remove.count(tag) != 0) d.remove.push_back(tag);
+  }
+  const size_t keep = keep_last ? std::max<size_t>(*keep_last, 1) : 0;
+  for (size_t i = 0; i < scan.committed.size(); ++i) {
+    const CheckpointInfo& c = scan.committed[i];
+    if (remove.count(c.tag) != 0) continue;
+    std::vector<std::string> why;
+    if (i + 1 == scan.committed.size()) {
+      why.push_back("the newest");
+    } else if (!keep_last) {
+      why.push_back("no keep-last policy");
+    } else if (scan.committed.size() - i <= keep) {
+      why.push_back("one of the newest " + std::to_string(keep));
+    }
+    if (is_milestone(c.step, keep_every)) {
+      why.push_back("a milestone (step " + std::to_string(*c.step) + " is a multiple of " +
+                    std::to_string(*keep_every) + ")");
+    }
+    auto users = kept_for.find(c.tag);
+    if (users != kept_for.end()) {
+      std::string names;
+      for (const std::string& u : users->second) names += (names.empty() ? "" : ", ") + u;
+      why.push_back("the base of " + names + " (incremental, kept)");
+    }
+    std::string text;
+    for (const std::string& w : why) text += (text.empty() ? "" : "; ") + w;
+    d.kept.push_back({c.tag, text});
+  }
+  return d;
+}
+
 std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
                                                 std::optional<int64_t> keep_every) {
-  std::vector<std::string> all = select_for_removal(scan.committed, keep_last, keep_every);
-  for (std::string& tag : select_damaged_for_removal(scan, keep_last, keep_every)) all.push_back(std::move(tag));
-  return all;
+  return decide_retention(scan, keep_last, keep_every).remove;
 }
 
 }  // namespace fastpersist::checkpoint

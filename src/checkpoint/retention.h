@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/root_scan.h"
@@ -46,7 +47,20 @@ std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
 std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last, const std::string& root,
                                         IoEngine& engine);
 
-// Everything the policy removes from a root: committed tags (oldest first), then damaged ones.
+// What a policy does to a root, and why each committed checkpoint stays.
+struct RetentionDecision {
+  std::vector<std::string> remove;  // committed tags (oldest first), then damaged ones
+  // Each committed checkpoint kept, oldest first, with why: "the newest", "one of the newest
+  // N", "a milestone (...)", "the base of X, Y (incremental, kept)" (several joined by "; ").
+  std::vector<std::pair<std::string, std::string>> kept;
+};
+
+// The policy (select_for_removal, select_damaged_for_removal), except that a checkpoint another
+// kept one references (an incremental checkpoint's base) is kept with it.
+RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned> keep_last,
+                                   std::optional<int64_t> keep_every);
+
+// Everything the policy removes from a root: decide_retention(...).remove.
 std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
                                                 std::optional<int64_t> keep_every);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/manifest.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
@@ -24,6 +25,7 @@ struct DamagedCheckpoint {
   std::string reason;
   std::optional<uint64_t> sequence;  // from its manifest, when the manifest decodes
   std::optional<int64_t> step;
+  std::vector<std::string> references = {};  // from its manifest, when it decodes (CheckpointInfo's)
 };
 
 struct RootScan {
@@ -34,5 +36,12 @@ struct RootScan {
 };
 
 Result<RootScan> scan_root(const std::string& root);
+
+// The checkpoints whose files a manifest references (the tags of its "<tag>/<file>" names), in
+// name order, each once.
+std::vector<std::string> referenced_tags(const Manifest& manifest);
+
+// The checkpoints of `scan` (committed or damaged) that reference `tag`, in scan order.
+std::vector<std::string> referencing(const RootScan& scan, const std::string& tag);
 
 }  // namespace fastpersist::checkpoint

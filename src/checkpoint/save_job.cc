@@ -13,6 +13,7 @@
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_steps.h"
+#include "checkpoint/incremental.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
@@ -62,8 +63,33 @@ Status check_aliases(const CheckpointContent& c) {
   return Status::ok();
 }
 
+// Step 2 of an incremental save: only the tensors that differ from the base are written; the
+// others become references. The records come back in the caller's order, like a full write's.
+Result<ShardWriteResult> write_changed(const SaveJob& job, const std::string& tmp, ShardWriter& writer,
+                                       const BaseMatch& match, const ShardWriteCallbacks& callbacks) {
+  const std::vector<TensorSource>& all = job.content.tensors;
+  std::vector<TensorSource> changed;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!match.base_index[i]) changed.push_back(all[i]);
+  }
+  FP_ASSIGN_OR_RETURN(ShardPlan plan, writer.plan(changed));
+  FP_ASSIGN_OR_RETURN(ShardWriteResult data, writer.write(tmp, changed, plan, callbacks));
+  std::vector<ManifestTensor> written = std::move(data.tensors);
+  data.tensors.clear();
+  size_t next_written = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    data.tensors.push_back(match.base_index[i]
+                               ? referenced_tensor(*job.base, job.base_tag, *match.base_index[i])
+                               : std::move(written[next_written++]));
+  }
+  for (ManifestFile& f : referenced_files(*job.base, job.base_tag, data.tensors)) {
+    data.files.push_back(std::move(f));
+  }
+  return data;
+}
+
 Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOptions& options,
-                 ShardWriter& writer, uint64_t* bytes_written) {
+                 ShardWriter& writer, uint64_t* bytes_written, std::shared_ptr<const Manifest>* committed) {
   // 1.
   if (::mkdir(tmp.c_str(), 0755) != 0) {
     return Status::from_errno(errno, "cannot create the checkpoint's temporary directory").with_path(tmp);
@@ -71,11 +97,25 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   // 2.
   ShardWriteCallbacks callbacks;
   callbacks.on_snapshot_done = [&job] { job.state->mark_snapshot_done(); };
-  FP_ASSIGN_OR_RETURN(ShardWriteResult data,
-                      writer.write(tmp, job.content.tensors, job.plan, callbacks));
+  std::vector<std::optional<ContentDigest>> digests;
+  if (job.digests) digests = digest_tensors(job.content.tensors, options.compression_threads);
+  BaseMatch match;
+  if (job.base) match = match_base(job.content.tensors, digests, *job.base);
+  const bool incremental = job.base && match.worth_it();
+  Result<ShardWriteResult> written =
+      incremental ? write_changed(job, tmp, writer, match, callbacks)
+                  : writer.write(tmp, job.content.tensors, job.plan, callbacks);
+  FP_RETURN_IF_ERROR(written.status());
+  ShardWriteResult data = std::move(written).value();
+  for (size_t i = 0; i < digests.size(); ++i) {
+    // A referenced tensor keeps the base's digest, which is the same.
+    if (digests[i] && !data.tensors[i].digest) data.tensors[i].digest = digests[i];
+  }
   {
     std::lock_guard lock(job.state->mu);
     job.state->checksum_seconds = data.checksum_seconds;
+    job.state->base_tag = incremental ? job.base_tag : "";
+    job.state->referenced_bytes = incremental ? match.referenced_bytes : 0;
   }
   const uint64_t data_bytes = data.bytes_written;
   // 3.
@@ -89,6 +129,7 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   FP_RETURN_IF_ERROR(commit_temp_directory({job.root, job.tag, tmp, options.durable, job.pointer_mu},
                                            manifest, &manifest_bytes));
   *bytes_written = data_bytes + objects.size() + manifest_bytes;
+  if (committed != nullptr) *committed = std::make_shared<const Manifest>(std::move(manifest));
   return Status::ok();
 }
 
@@ -101,10 +142,10 @@ Result<ShardPlan> plan_content(const CheckpointContent& content, const ShardWrit
 }
 
 Status run_save_job(const SaveJob& job, const CheckpointOptions& options, ShardWriter& writer,
-                    uint64_t* bytes_written) {
+                    uint64_t* bytes_written, std::shared_ptr<const Manifest>* committed) {
   *bytes_written = 0;
   std::string tmp = join_path(job.root, std::string(kTempDirPrefix) + job.tag + "-" + unique_suffix());
-  Status st = run_steps(job, tmp, options, writer, bytes_written);
+  Status st = run_steps(job, tmp, options, writer, bytes_written, committed);
   if (!st.is_ok()) {
     // Best effort: the next manager removes leftovers anyway. The original error wins.
     (void)remove_tree(tmp);

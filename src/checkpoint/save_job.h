@@ -37,15 +37,23 @@ struct SaveJob {
   // Held from the rename into place (4) through the pointer update (5), so a removal that
   // repoints `latest` meanwhile never points it back past this commit. May be null.
   std::mutex* pointer_mu = nullptr;
+  // Incremental checkpoints (incremental.h): hash every host tensor into the manifest, and,
+  // with a base, store the tensors equal to the base's as references to its files.
+  bool digests = false;
+  std::string base_tag;
+  std::shared_ptr<const Manifest> base;
 };
 
 // What save_async does before queueing: checks the metadata, the tensor descriptions, names
 // and aliases (kInvalidArgument), and plans the data files.
 Result<ShardPlan> plan_content(const CheckpointContent& content, const ShardWriter& writer);
 
-// Runs every step; marks the snapshot done as soon as it is; returns the outcome and the
-// bytes written (it does not call state->finish).
+// Runs every step; marks the snapshot done as soon as it is; returns the outcome, the bytes
+// written and the manifest committed (it does not call state->finish). With a base, the digests
+// are computed first (on the save's thread and helpers: the caller is not blocked) and the
+// tensors that changed are planned again; when more than half of the bytes changed the save is
+// full after all. state->base_tag says which it was.
 Status run_save_job(const SaveJob& job, const CheckpointOptions& options, ShardWriter& writer,
-                    uint64_t* bytes_written);
+                    uint64_t* bytes_written, std::shared_ptr<const Manifest>* committed = nullptr);
 
 }  // namespace fastpersist::checkpoint

@@ -11,6 +11,23 @@ namespace fastpersist {
 
 uint64_t xxh3_64(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
+ContentDigest xxh3_128(const void* data, size_t bytes) {
+  XXH128_hash_t h = XXH3_128bits(data, bytes);
+  return {h.high64, h.low64};
+}
+
+std::string digest_to_hex(const ContentDigest& digest) {
+  return checksum_to_hex(digest.high) + checksum_to_hex(digest.low);
+}
+
+std::optional<ContentDigest> digest_from_hex(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
+  auto high = checksum_from_hex(text.substr(0, 16));
+  auto low = checksum_from_hex(text.substr(16));
+  if (!high || !low) return std::nullopt;
+  return ContentDigest{*high, *low};
+}
+
 // XXH3_state_t is 64-byte aligned; make_unique honours that (C++17 aligned new).
 struct Xxh3Stream::State {
   XXH3_state_t xxh;

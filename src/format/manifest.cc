@@ -50,6 +50,7 @@ Json tensor_json(const ManifestTensor& t) {
     out["global_shape"] = t.global_shape;
     out["shard_offsets"] = t.shard_offsets;
   }
+  if (t.digest) out["xxh3_128"] = digest_to_hex(*t.digest);
   return out;
 }
 

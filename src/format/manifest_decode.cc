@@ -170,6 +170,11 @@ Status decode_tensor_v2(const Fields& f, const Json& entry, ManifestTensor* t) {
                                         " but a raw tensor stores its length, " +
                                         std::to_string(t->length));
   }
+  if (entry.contains("xxh3_128")) {
+    FP_ASSIGN_OR_RETURN(std::string hex, f.string("xxh3_128"));
+    t->digest = digest_from_hex(hex);
+    if (!t->digest) return f.error("xxh3_128", "is not 32 lowercase hex digits");
+  }
   if (entry.contains("global_shape")) {
     FP_ASSIGN_OR_RETURN(t->global_shape, dims(f, "global_shape"));
   }

@@ -33,9 +33,9 @@ Manifest distributed() {
              {kBase, "tensors", 4096 + 32, 0x22, 4096, 0},
              {"objects.pkl", "objects", 10, 0x33, 10, std::nullopt}};
   m.tensors = {
-      {"experts.3.w", "F32", {2, 4}, kOwn, 4096, 32, 0xa, "raw", 32, {8, 4}, {6, 0}},
-      {"experts.3.b", "F16", {16}, kOwn, 4096 + 32, 32, 0xb, "zstd-1", 20, {}, {}},
-      {"embed", "BF16", {4, 4}, kBase, 4096, 32, 0xc, "raw", 32, {}, {}},
+      {"experts.3.w", "F32", {2, 4}, kOwn, 4096, 32, 0xa, "raw", 32, {8, 4}, {6, 0}, {}},
+      {"experts.3.b", "F16", {16}, kOwn, 4096 + 32, 32, 0xb, "zstd-1", 20, {}, {}, ContentDigest{1, 2}},
+      {"embed", "BF16", {4, 4}, kBase, 4096, 32, 0xc, "raw", 32, {}, {}, {}},
   };
   m.fingerprint = manifest_fingerprint(m.tensors);
   return m;
@@ -81,7 +81,26 @@ TEST(ManifestV2Test, RoundTripOfEveryV2Field) {
   EXPECT_EQ(back.tensors[1].stored_length, 20u);
   EXPECT_EQ(back.tensors[1].length, 32u);
   EXPECT_EQ(back.tensors[2].file, kBase);
+  EXPECT_EQ(back.tensors[1].digest, (ContentDigest{1, 2}));
+  EXPECT_EQ(back.tensors[0].digest, std::nullopt);
   EXPECT_EQ(encode_manifest(back), encode_manifest(m));
+}
+
+TEST(ManifestV2Test, RejectsADigestThatIsNot32HexDigits) {
+  const std::string good = encode_manifest(distributed());
+  const std::string digest = R"("xxh3_128":"00000000000000010000000000000002")";
+  ASSERT_NE(good.find(digest), std::string::npos);
+  for (const char* bad : {R"("xxh3_128":"0000000000000001000000000000000")",
+                          R"("xxh3_128":"0000000000000001000000000000000G")",
+                          R"("xxh3_128":"00000000000000010000000000000002A")",
+                          R"("xxh3_128":12)"}) {
+    std::string json = good;
+    json.replace(json.find(digest), digest.size(), bad);
+    auto m = decode_manifest(json, kPath);
+    ASSERT_FALSE(m.is_ok()) << bad;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(m.status().message().find("tensors[1].xxh3_128"), std::string::npos) << m.status().to_string();
+  }
 }
 
 TEST(ManifestV2Test, OptionalFieldsAreWrittenOnlyWhenSet) {
@@ -91,7 +110,11 @@ TEST(ManifestV2Test, OptionalFieldsAreWrittenOnlyWhenSet) {
   EXPECT_NE(json.find(R"("stored_length":32,"global_shape":[8,4],"shard_offsets":[6,0]})"),
             std::string::npos)
       << json;
-  EXPECT_NE(json.find(R"("encoding":"zstd-1","stored_length":20})"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("encoding":"zstd-1","stored_length":20,)"
+                      R"("xxh3_128":"00000000000000010000000000000002"})"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find(R"("stored_length":32})"), std::string::npos) << json;  // no digest
   EXPECT_NE(json.find("\n  \"world_size\": 4,\n"), std::string::npos) << json;
 }
 
