@@ -17,13 +17,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/root_scan.h"
 #include "checkpoint_paths.h"
 #include "command.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/manifest.h"
+#include "fastpersist/options.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -54,7 +59,56 @@ struct Args {
   bool overwrite = false;
   bool progress = false;
   bool no_progress = false;
+  bool materialize = false;
 };
+
+// `convert --materialize CKPT`: in place, in C++ (no Python): the incremental checkpoint's
+// referenced base files are copied into it and its manifest replaced (checkpoint/materialize.h),
+// through a CheckpointManager of its root, so the root's lock keeps a training job out.
+int run_materialize(const Args& a) {
+  if (!a.dst.empty()) {
+    return fail(kCommand, "--materialize works in place: give the checkpoint only, no DST", kExitUsage);
+  }
+  if (a.tag || a.prefix || a.compression || a.compression_level || a.drop_non_tensors || a.unsafe_pickle ||
+      a.overwrite) {
+    return fail(kCommand, "--materialize takes no other option", kExitUsage);
+  }
+  PathInfo p = classify_path(a.src);
+  if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
+  if (p.kind != PathKind::kCheckpoint) {
+    return fail(kCommand, wrong_kind(p, "a checkpoint directory (ROOT/TAG)"), kExitUsage);
+  }
+  std::filesystem::path dir = std::filesystem::path(p.path).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  const std::string tag = dir.filename().string();
+  const std::string root = dir.has_parent_path() ? dir.parent_path().string() : ".";
+  auto options = engine_options_from_env();
+  if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
+  CheckpointOptions copts;
+  copts.engine = *options;
+  auto manager = CheckpointManager::open(root, copts);
+  if (!manager.is_ok()) {
+    const Status& st = manager.status();
+    return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(), kExitFailure);
+  }
+  auto before = read_manifest(p.path);
+  auto copied = (*manager)->materialize(tag);
+  Status closed = (*manager)->close();
+  if (!copied.is_ok()) return fail(kCommand, copied.status().to_string(), kExitFailure);
+  if (!closed.is_ok()) return fail(kCommand, closed.to_string(), kExitFailure);
+  if (*copied == 0) {
+    std::cout << "checkpoint " << p.path << " references no other checkpoint: it is standalone already\n";
+    return kExitOk;
+  }
+  std::string bases;
+  if (before.is_ok()) {
+    for (const std::string& b : checkpoint::referenced_tags(*before)) bases += (bases.empty() ? "" : ", ") + b;
+  }
+  std::cout << "materialized checkpoint " << p.path << ": copied " << *copied << " bytes from "
+            << bases << "; it no longer depends on " << (bases.find(',') == std::string::npos ? "it" : "them")
+            << "\n";
+  return kExitOk;
+}
 
 std::vector<std::string> python_args(const Args& a) {
   std::vector<std::string> argv = {"-c", kBootstrap};
@@ -93,6 +147,8 @@ bool is_executable_file(const std::string& path) {
 }
 
 int run(const Args& a) {
+  if (a.materialize) return run_materialize(a);
+  if (a.dst.empty()) return fail(kCommand, "DST is required (or --materialize CKPT)", kExitUsage);
   const std::vector<std::string> args = python_args(a);
   const char* env = std::getenv("FASTPERSIST_PYTHON");
   if (env != nullptr && env[0] != '\0') {
@@ -145,8 +201,7 @@ Command add_convert_command(CLI::App& parent) {
       ->required();
   app->add_option("DST", args->dst,
                   "*.safetensors, *.pt/.pth/.bin/.ckpt (torch format), or anything else: a new "
-                  "checkpoint directory ROOT/TAG")
-      ->required();
+                  "checkpoint directory ROOT/TAG (required, except with --materialize)");
   app->add_option("--tag", args->tag,
                   "Checkpoint DST: DST is the root and TAG the new checkpoint's tag");
   app->add_option("--prefix", args->prefix,
@@ -164,6 +219,9 @@ Command add_convert_command(CLI::App& parent) {
                 "checkpoints with weights_only=False (runs arbitrary pickled code: only for "
                 "files you trust)");
   app->add_flag("--overwrite", args->overwrite, "Replace an existing DST file");
+  app->add_flag("--materialize", args->materialize,
+                "SRC is an incremental checkpoint: copy the base files it references into it, "
+                "in place (no DST), so that it no longer depends on its base");
   auto* progress_flag =
       app->add_flag("--progress", args->progress,
                     "Show a progress bar on stderr (default: when stderr is a terminal)");

@@ -42,7 +42,9 @@ int print_root_listing(const std::string& command, const std::string& root, bool
            {"created", iso_time_utc(c.created_unix)},
            {"tensor_bytes", c.tensor_bytes},
            {"total_bytes", c.total_bytes},
+           {"own_bytes", c.own_bytes},
            {"num_tensors", c.num_tensors},
+           {"references", c.references},
            {"latest", latest_tag && *latest_tag == c.tag}});
     }
     j["skipped"] = nlohmann::ordered_json::array();
@@ -60,10 +62,16 @@ int print_root_listing(const std::string& command, const std::string& root, bool
     std::cout << all.size() << (all.size() == 1 ? " checkpoint" : " checkpoints") << ", latest "
               << latest_tag.value_or("-") << "\n";
     std::vector<std::vector<std::string>> rows = {
-        {"TAG", "STEP", "CREATED (UTC)", "SIZE", "TENSORS"}};
+        {"TAG", "STEP", "CREATED (UTC)", "SIZE", "TENSORS", "BASE"}};
     for (const CheckpointInfo& c : all) {
+      // An incremental checkpoint: its own bytes, and the base it references (the rest).
+      std::string base = "-";
+      if (!c.references.empty()) {
+        base.clear();
+        for (const std::string& r : c.references) base += (base.empty() ? "" : ",") + r;
+      }
       rows.push_back({c.tag, c.step ? std::to_string(*c.step) : "-", iso_time_utc(c.created_unix),
-                      format_bytes(c.total_bytes), std::to_string(c.num_tensors)});
+                      format_bytes(c.own_bytes), std::to_string(c.num_tensors), base});
     }
     std::vector<size_t> widths(rows[0].size(), 0);
     for (const auto& r : rows) {

@@ -3,6 +3,8 @@
 // root now, through a CheckpointManager, so it takes the root's lock (a training job that is
 // writing there makes it fail cleanly instead of racing it) and removes each checkpoint the
 // safe way (renamed aside first). The newest checkpoint is always kept. --dry-run only lists.
+// The dry run says why each kept checkpoint stays: one of the newest N, a milestone, or the base
+// that a kept incremental checkpoint references (retention never removes that one).
 // --verify reads the checkpoints it would keep: bit rot in the newest ones does not make it
 // delete the last intact one.
 #include <fcntl.h>
@@ -71,12 +73,18 @@ std::vector<std::string> tags_of(const std::vector<CheckpointInfo>& infos) {
   return tags;
 }
 
+// `why`: for a dry run, why each kept checkpoint stays (retention.h's reasons), in kept order.
 int report(const Args& a, const std::vector<std::string>& removed,
            const std::vector<std::string>& kept, const std::vector<std::string>& damaged,
-           const std::string& note) {
+           const std::string& note, const std::vector<std::pair<std::string, std::string>>& why = {}) {
   if (a.json) {
     nlohmann::ordered_json j = {
         {"root", a.root}, {"dry_run", a.dry_run}, {"removed", removed}, {"kept", kept}};
+    if (!why.empty()) {
+      nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
+      for (const auto& [tag, reason] : why) reasons[tag] = reason;
+      j["kept_because"] = reasons;
+    }
     if (a.verify) j["damaged"] = damaged;
     if (!note.empty()) j["note"] = note;
     std::cout << json_text(j) << "\n";
@@ -88,6 +96,7 @@ int report(const Args& a, const std::vector<std::string>& removed,
   }
   const char* verb = a.dry_run ? "would remove " : "removed ";
   for (const std::string& tag : removed) std::cout << verb << tag << "\n";
+  for (const auto& [tag, reason] : why) std::cout << "keep " << tag << ": " << reason << "\n";
   std::string kept_text;
   for (const std::string& tag : kept) kept_text += (kept_text.empty() ? "" : ", ") + tag;
   if (removed.empty()) {
@@ -133,13 +142,14 @@ int run(const Args& a) {
       if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
       damaged = checkpoint::demote_damaged(&*scan, a.keep_last, a.root, **engine);
     }
-    std::vector<std::string> removed = checkpoint::select_all_for_removal(*scan, keep_last, a.keep_every);
-    std::set<std::string> gone(removed.begin(), removed.end());
+    checkpoint::RetentionDecision decision = checkpoint::decide_retention(*scan, keep_last, a.keep_every);
+    std::set<std::string> gone(decision.remove.begin(), decision.remove.end());
     std::vector<std::string> kept;
     for (const CheckpointInfo& c : listed) {
       if (gone.count(c.tag) == 0) kept.push_back(c.tag);
     }
-    return report(a, removed, kept, damaged, note);
+    // A checkpoint --verify demoted is kept (while it is the newest) but not among the reasons.
+    return report(a, decision.remove, kept, damaged, note, decision.kept);
   }
 
   CheckpointOptions copts;

@@ -119,12 +119,13 @@ struct CheckpointInfo {
   uint64_t sequence = 0;
   double created_unix = 0;
   uint64_t tensor_bytes = 0;
-  uint64_t total_bytes = 0;  // all files
+  uint64_t total_bytes = 0;  // all files, those it references in other checkpoints included
+  uint64_t own_bytes = 0;    // the files in its own directory (what removing it frees)
   size_t num_tensors = 0;
   // The checkpoints whose files this one references (an incremental checkpoint names its base;
   // empty for a full one), in name order. Retention never removes one of them while this one
   // is kept.
-  std::vector<std::string> references;
+  std::vector<std::string> references = {};
 };
 
 class CheckpointManager {
@@ -181,6 +182,12 @@ class CheckpointManager {
   Result<std::vector<std::string>> prune(std::optional<unsigned> keep_last,
                                          std::optional<int64_t> keep_every, bool verify = false,
                                          std::vector<std::string>* damaged_found = nullptr);
+
+  // Makes the incremental checkpoint `tag` standalone (checkpoint/materialize.h): the base
+  // files it references are copied into it and its manifest is replaced atomically, so its base
+  // can be removed. Returns the bytes copied (0: it was standalone already). kBusy while a save
+  // writes it or is comparing against it.
+  Result<uint64_t> materialize(const std::string& tag);
 
   struct Impl;
 

@@ -73,6 +73,7 @@ nb::dict info_dict(const CheckpointInfo& c) {
   d["created_unix"] = c.created_unix;
   d["tensor_bytes"] = c.tensor_bytes;
   d["total_bytes"] = c.total_bytes;
+  d["own_bytes"] = c.own_bytes;
   d["num_tensors"] = c.num_tensors;
   d["references"] = c.references;
   return d;

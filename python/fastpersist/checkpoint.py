@@ -74,6 +74,8 @@ class CheckpointInfo:
     tensor_bytes: int
     total_bytes: int
     num_tensors: int
+    #: Bytes of the files in its own directory (total_bytes less what it references).
+    own_bytes: int = 0
     #: The checkpoints whose files this one references: an incremental checkpoint's base
     #: (empty for a full checkpoint). Retention and ``remove`` never delete a referenced base.
     references: Tuple[str, ...] = ()

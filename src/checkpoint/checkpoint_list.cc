@@ -26,7 +26,10 @@ CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
   info.created_unix = m.created_unix;
   info.tensor_bytes = m.tensor_bytes();
   info.num_tensors = m.tensors.size();
-  for (const ManifestFile& f : m.files) info.total_bytes += f.size;
+  for (const ManifestFile& f : m.files) {
+    info.total_bytes += f.size;
+    if (referenced_checkpoint(f).empty()) info.own_bytes += f.size;
+  }
   info.references = referenced_tags(m);
   return info;
 }

@@ -17,6 +17,7 @@
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_state.h"
+#include "checkpoint/materialize.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/root_scan.h"
@@ -522,6 +523,18 @@ Status CheckpointManager::remove(const std::string& tag) {
   }
   FP_RETURN_IF_ERROR(impl_->refuse_removing_base(tag));
   return impl_->remove_now(tag);
+}
+
+Result<uint64_t> CheckpointManager::materialize(const std::string& tag) {
+  FP_RETURN_IF_ERROR(validate_tag(tag));
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) {
+      return Status(StatusCode::kBusy, busy);
+    }
+  }
+  return checkpoint::materialize_checkpoint(impl_->root, tag, impl_->options.durable);
 }
 
 Result<std::vector<std::string>> CheckpointManager::prune(std::optional<unsigned> keep_last,

@@ -207,6 +207,34 @@ TEST_F(IncrementalTest, RemovingAReferencedBaseIsRefusedUntilItsUsersAreGone) {
   EXPECT_EQ(save("s4", s), "s3");
 }
 
+TEST_F(IncrementalTest, MaterializeMakesAnIncrementalCheckpointStandalone) {
+  open(incremental_options());
+  TestState s = mixed_state();
+  save("s1", s);
+  train_step(&s, 2);
+  save("s2", s);
+  const Manifest before = manifest("s2");
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t copied, mgr_->materialize("s2"));
+  EXPECT_GT(copied, 0u);
+  const Manifest after = manifest("s2");
+  EXPECT_EQ(after.sequence, before.sequence);
+  EXPECT_EQ(after.tag, "s2");
+  for (const ManifestFile& f : after.files) EXPECT_EQ(referenced_checkpoint(f), "") << f.name;
+  ASSERT_EQ(after.tensors.size(), before.tensors.size());
+  for (size_t i = 0; i < after.tensors.size(); ++i) {
+    EXPECT_EQ(after.tensors[i].checksum, before.tensors[i].checksum);
+    EXPECT_EQ(after.tensors[i].offset, before.tensors[i].offset);
+  }
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t again, mgr_->materialize("s2"));
+  EXPECT_EQ(again, 0u);
+  // Nothing references s1 any more: it can go, and s2 still loads and verifies.
+  FP_ASSERT_OK(mgr_->remove("s1"));
+  expect_loads("s2", s);
+  expect_verifies(root_.file("s2"));
+  EXPECT_EQ(mgr_->materialize("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(mgr_->materialize("../x").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(IncrementalTest, AReopenedManagerGoesOnFromTheBaseAndCountsTheSavesSinceIt) {
   open(incremental_options(3));
   TestState s = mixed_state();

@@ -145,7 +145,7 @@ TEST_F(RetentionTest, VerifiedPruneKeepsTheNewestIntactCheckpoint) {
 TEST(DemoteDamagedTest, ChecksNewestFirstUntilEnoughAreIntact) {
   checkpoint::RootScan scan;
   for (uint64_t seq = 1; seq <= 6; ++seq) {
-    scan.committed.push_back({"t" + std::to_string(seq), static_cast<int64_t>(seq), seq, 0, 0, 0, 0, {}});
+    scan.committed.push_back({"t" + std::to_string(seq), static_cast<int64_t>(seq), seq, 0, 0, 0, 0, 0});
   }
   std::vector<std::string> checked;
   auto found = checkpoint::demote_damaged(&scan, 2, [&](const CheckpointInfo& c) {
