@@ -23,25 +23,6 @@ inline constexpr std::string_view kNoChecksum = "none";
 // XXH3-64 (seed 0) of `bytes` bytes at `data`.
 uint64_t xxh3_64(const void* data, size_t bytes);
 
-// The same digest over data that arrives in pieces: update(a); update(b) == xxh3_64(a + b).
-class Xxh3Stream {
- public:
-  Xxh3Stream();
-  ~Xxh3Stream();
-  Xxh3Stream(Xxh3Stream&& other) noexcept;
-  Xxh3Stream& operator=(Xxh3Stream&& other) noexcept;
-  Xxh3Stream(const Xxh3Stream&) = delete;
-  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
-
-  void update(const void* data, size_t bytes);
-  uint64_t digest() const;
-  void reset();
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
-
 // XXH3-128 (seed 0): the strong content hash incremental checkpoints compare tensors by (a
 // manifest's optional per-tensor `xxh3_128`). Collisions are out of reach for any number of
 // tensors a root can hold, unlike the 64-bit checksum, which only detects damage.
@@ -55,6 +36,29 @@ ContentDigest xxh3_128(const void* data, size_t bytes);
 // anything else.
 std::string digest_to_hex(const ContentDigest& digest);
 std::optional<ContentDigest> digest_from_hex(std::string_view text);
+
+// The same digest over data that arrives in pieces: update(a); update(b) == xxh3_64(a + b).
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(Xxh3Stream&& other) noexcept;
+  Xxh3Stream& operator=(Xxh3Stream&& other) noexcept;
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+
+  void update(const void* data, size_t bytes);
+  uint64_t digest() const;
+  // XXH3-128 of the same bytes (xxHash's 64- and 128-bit variants share one streaming state,
+  // so one pass gives both): digest128() == xxh3_128(all bytes fed since the reset).
+  ContentDigest digest128() const;
+  void reset();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 
 // "0123456789abcdef" (16 digits, zero-padded) and back; nullopt for anything else.
 std::string checksum_to_hex(uint64_t value);

@@ -60,6 +60,10 @@ struct DataFileOptions {
   // Per-tensor XXH3-64 checksums computed while staging (cheap: the bytes are in cache). Off:
   // every checksum in the records is 0 (the manifest then says checksum_algorithm "none").
   bool checksums = true;
+  // Also record each non-empty tensor's XXH3-128 (ManifestTensor::digest), from the same pass
+  // over the staged bytes as the checksum (xxHash's two widths share one state: no extra
+  // cost). The manager turns it on for incremental checkpoints.
+  bool content_digests = false;
   // Lossless compression of the tensors' bytes (tensor_codec.h). kNone writes plain
   // safetensors files. With a codec each data file is written as an encoded file: every tensor
   // whose first 4 MiB chunk shrinks by 5% or more is stored compressed, chunk by chunk, on

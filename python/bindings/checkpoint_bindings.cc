@@ -280,6 +280,9 @@ void bind_checkpoint(nb::module_& m) {
       .def("remove", [](PyCheckpointManager& s, const std::string& tag) {
         check(without_gil([&] { return s.get().remove(tag); }));
       })
+      .def("materialize", [](PyCheckpointManager& s, const std::string& tag) {
+        return unwrap(without_gil([&] { return s.get().materialize(tag); }));
+      })
       .def("prune",
            [](PyCheckpointManager& s, std::optional<unsigned> keep_last, std::optional<int64_t> keep_every,
               bool verify) {

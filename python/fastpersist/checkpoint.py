@@ -543,6 +543,12 @@ class CheckpointManager:
     def remove(self, tag: Union[int, str]) -> None:
         self._agreed(lambda: self._core_manager().remove(tag_for(tag)))
 
+    def materialize(self, tag: Union[int, str]) -> int:
+        """Makes an incremental checkpoint standalone, in place: the base files it references
+        are copied into it and its manifest is replaced atomically, so its base may then be
+        removed. Returns the bytes copied (0: it referenced nothing)."""
+        return int(self._agreed(lambda: self._core_manager().materialize(self._resolve(tag))))
+
     def prune(self, keep_last: Optional[int] = None, keep_every: Optional[int] = None, *,
               verify: bool = False) -> List[str]:
         """Applies a retention policy now; returns the removed tags.

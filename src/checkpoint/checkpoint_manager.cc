@@ -138,7 +138,6 @@ struct CheckpointManager::Impl : CommitHost {
   // use, so not removable, until the save ends.
   void choose_base_locked(checkpoint::SaveJob* job) {
     if (!options.incremental) return;
-    job->digests = true;
     if (!base.manifest || saves_since_base + 1 >= options.full_every) return;
     struct stat st {};
     std::string manifest = join_path(join_path(root, base.tag), kManifestFileName);
@@ -369,6 +368,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   impl->engine = std::move(engine);
   ShardWriterOptions writer_options;
   static_cast<DataFileOptions&>(writer_options) = effective;
+  writer_options.content_digests = effective.content_digests || effective.incremental;
   FP_ASSIGN_OR_RETURN(impl->writer, ShardWriter::create(writer_options, impl->engine));
   FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
   // Above every sequence on disk, damaged checkpoints' too, so commit order stays unambiguous

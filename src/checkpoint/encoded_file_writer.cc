@@ -167,6 +167,7 @@ class EncodedWriter {
         output_(*a.engine, fd, file_.encoded_header_bytes),
         tensors_(file_.tensors.size()) {
     out_->tensors.assign(file_.tensors.size(), 0);
+    if (a_.digests) out_->digests.assign(file_.tensors.size(), ContentDigest{});
   }
 
   ~EncodedWriter() {
@@ -224,7 +225,7 @@ class EncodedWriter {
       if (t.nbytes > 0) {
         size_t take = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, t.nbytes - fill_pos_));
         if (used + take > w.size()) break;  // the next window
-        StagingHash hash{a_.checksums ? &hash_ : nullptr, &out_->checksum_seconds};
+        StagingHash hash{a_.checksums || a_.digests ? &hash_ : nullptr, &out_->checksum_seconds};
         FP_RETURN_IF_ERROR(stage_bytes(t, fill_pos_, take, w, w.data() + used, hash).with_path(a_.path));
         chunk->raw = w.data() + used;
         chunk->raw_bytes = take;
@@ -235,6 +236,7 @@ class EncodedWriter {
       chunks_.push_back(std::move(chunk));
       if (fill_pos_ == t.nbytes) {
         if (a_.checksums) out_->tensors[fill_slot_] = hash_.digest();
+        if (a_.digests) out_->digests[fill_slot_] = hash_.digest128();
         hash_.reset();
         ++fill_slot_;
         fill_pos_ = 0;

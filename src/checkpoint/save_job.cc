@@ -97,8 +97,10 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   // 2.
   ShardWriteCallbacks callbacks;
   callbacks.on_snapshot_done = [&job] { job.state->mark_snapshot_done(); };
+  // With a base, the tensors are hashed first, to know which to write. Without one the save is
+  // full and the writer records the digests from the staged bytes, in the checksum's pass.
   std::vector<std::optional<ContentDigest>> digests;
-  if (job.digests) digests = digest_tensors(job.content.tensors, options.compression_threads);
+  if (job.base) digests = digest_tensors(job.content.tensors, options.compression_threads);
   BaseMatch match;
   if (job.base) match = match_base(job.content.tensors, digests, *job.base);
   const bool incremental = job.base && match.worth_it();

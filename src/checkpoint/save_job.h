@@ -37,9 +37,8 @@ struct SaveJob {
   // Held from the rename into place (4) through the pointer update (5), so a removal that
   // repoints `latest` meanwhile never points it back past this commit. May be null.
   std::mutex* pointer_mu = nullptr;
-  // Incremental checkpoints (incremental.h): hash every host tensor into the manifest, and,
-  // with a base, store the tensors equal to the base's as references to its files.
-  bool digests = false;
+  // Incremental checkpoints (incremental.h): with a base, the tensors equal to the base's are
+  // stored as references to its files (the writer records every digest: content_digests).
   std::string base_tag;
   std::shared_ptr<const Manifest> base;
 };

@@ -28,10 +28,11 @@ struct InFlight {
 class SourceCursor {
  public:
   SourceCursor(const PlannedFile& file, const std::vector<TensorSource>& sources,
-               ShardFileOutcome* sums, bool checksums)
-      : file_(file), sources_(sources), sums_(sums), checksums_(checksums) {
+               ShardFileOutcome* sums, bool checksums, bool digests)
+      : file_(file), sources_(sources), sums_(sums), checksums_(checksums), digests_(digests) {
     sums_->header = checksums ? xxh3_64(file.header.data(), file.header.size()) : 0;
     sums_->tensors.assign(file.tensors.size(), 0);
+    if (digests_) sums_->digests.assign(file.tensors.size(), ContentDigest{});
     piece_ = -1;
     advance_empty();
   }
@@ -46,7 +47,7 @@ class SourceCursor {
       if (piece_ < 0) {
         std::memcpy(dst + done, piece_data() + pos_, take);  // the header: not a tensor's bytes
       } else {
-        StagingHash hash{checksums_ ? &stream_ : nullptr, &sums_->checksum_seconds};
+        StagingHash hash{checksums_ || digests_ ? &stream_ : nullptr, &sums_->checksum_seconds};
         st = stage_bytes(*piece_source(), pos_, take, window, dst + done, hash);
         if (!st.is_ok()) break;
       }
@@ -71,8 +72,12 @@ class SourceCursor {
     if (piece_ < 0) return file_.header.size();
     return sources_[file_.tensors[static_cast<size_t>(piece_)]].nbytes;
   }
+  void record() {
+    if (checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
+    if (digests_) sums_->digests[static_cast<size_t>(piece_)] = stream_.digest128();
+  }
   void next_piece() {
-    if (piece_ >= 0 && checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
+    if (piece_ >= 0) record();
     ++piece_;
     pos_ = 0;
     stream_.reset();
@@ -81,7 +86,7 @@ class SourceCursor {
   // Empty tensors have a checksum but no bytes.
   void advance_empty() {
     while (!finished() && piece_ >= 0 && piece_size() == 0) {
-      if (checksums_) sums_->tensors[static_cast<size_t>(piece_)] = stream_.digest();
+      record();
       ++piece_;
       stream_.reset();
     }
@@ -92,6 +97,7 @@ class SourceCursor {
   const std::vector<TensorSource>& sources_;
   ShardFileOutcome* sums_;
   const bool checksums_;
+  const bool digests_;
   long piece_;
   uint64_t pos_ = 0;
   Xxh3Stream stream_;
@@ -140,7 +146,7 @@ Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
   Status first = preallocate(fd.get(), file.size, a.path);
   bool snapshot_signalled = false;
 
-  SourceCursor cursor(file, *a.sources, out, a.checksums);
+  SourceCursor cursor(file, *a.sources, out, a.checksums, a.digests);
   std::deque<InFlight> inflight;
   uint64_t file_pos = 0;
   while (first.is_ok() && file_pos < file.size) {

@@ -28,6 +28,7 @@ struct ShardFileOutcome {
   bool created = false;              // this call created the file (it is this call's to remove)
   uint64_t header = 0;               // checksum of bytes [0, data_start)
   std::vector<uint64_t> tensors;     // checksums in file order (PlannedFile::tensors)
+  std::vector<ContentDigest> digests;  // with ShardWriteArgs::digests: XXH3-128, file order
   double checksum_seconds = 0;       // time spent checksumming (what checksums cost the save)
   // Encoded files only (the plan lays raw files out): where each tensor's stored bytes went, in
   // file order, the file's final size and where its data starts.
@@ -51,6 +52,7 @@ struct ShardWriteArgs {
   const std::atomic<bool>* cancel = nullptr;  // another file of the write failed: stop early
   bool durable = true;
   bool checksums = true;                      // off: tensors' checksums stay 0
+  bool digests = false;                       // also XXH3-128 of each tensor (same pass)
   std::function<void()> on_snapshot_done;     // every source byte is staged (called once)
   // Encoded files (PlannedFile::encoded): the codec, its level, and the workers that compress.
   Compression compression = Compression::kNone;

@@ -159,6 +159,7 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
       args.cancel = &cancel;
       args.durable = options.durable;
       args.checksums = options.checksums;
+      args.digests = options.content_digests;
       args.on_snapshot_done = on_file_staged;
       args.compression = options.compression;
       args.compression_level = options.effective_compression_level();
@@ -224,6 +225,8 @@ ShardWriteResult make_records(const std::vector<PlannedFile>& files,
         mt.stored_length = mt.length;
       }
       mt.checksum = outcome.tensors[k];
+      // Empty tensors have no bytes to tell apart: no digest (incremental.h).
+      if (k < outcome.digests.size() && t.nbytes > 0) mt.digest = outcome.digests[k];
     }
   }
   return r;

@@ -65,9 +65,15 @@ def _pattern(step: int, k: int, shape: Tuple[int, ...], dtype: torch.dtype) -> t
     return _BASES[key] + (step * 2048 + k * 1013) % (1 << 20)
 
 
+# A frozen part (an embedding a fine-tune does not train): the same bytes at every step, larger
+# than everything that changes, so incremental saves store it as a reference to their base.
+FROZEN_SHAPE = (1024, 1024)
+
+
 def make_state(step: int) -> Dict[str, Any]:
     model = {name: _pattern(step, k, shape, torch.float32)
              for k, (name, shape) in enumerate(MODEL_LAYOUT)}
+    model["frozen.embed"] = _pattern(0, 97, FROZEN_SHAPE, torch.float32)
     n = len(MODEL_LAYOUT)
     optim_state = {
         i: {"step": torch.tensor(float(step)),
@@ -99,7 +105,11 @@ def run(root: str, seed: int, emit) -> None:
     # A third of the children write compressed checkpoints: kills land in their pipeline too,
     # and a root holds both kinds, as after a run changed its setting.
     compression = (None, "zstd", "lz4")[seed % 3]
-    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, compression=compression)
+    # Half of them save incrementally (seeds 3..5 mod 6 meet every codec): a kill can land
+    # between a base and the saves that reference it, and retention must keep the base.
+    incremental = seed % 6 >= 3
+    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, compression=compression,
+                                        incremental=incremental, full_every=4)
     steps = [c.step for c in mgr.checkpoints() if c.step is not None]
     # Continue after the newest step on disk, plus a gap: a step that was in flight when the
     # previous child died is never reused (its tag may be on disk only after a commit).

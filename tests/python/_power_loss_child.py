@@ -39,8 +39,9 @@ def small_state(step: int) -> dict:
     return {"model": full["model"], "rng": full["rng"], "step": torch.tensor(step)}
 
 
-def manager(root: str, durable: bool, compression: str | None = None) -> None:
-    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, durable=durable, compression=compression)
+def manager(root: str, durable: bool, compression: str | None = None, incremental: bool = False) -> None:
+    mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, durable=durable, compression=compression,
+                                        incremental=incremental, full_every=3)
     for i, step in enumerate(STEPS):
         state = make_state(step)
         if i % 2 == 0:
@@ -75,7 +76,13 @@ def manager_zstd(root: str, durable: bool) -> None:
     manager(root, durable, compression="zstd")
 
 
-SCENARIOS = {"manager": manager, "manager-zstd": manager_zstd, "writer": writer, "dcp": dcp}
+def manager_incremental(root: str, durable: bool) -> None:
+    """Incremental saves: the frozen part of the state is a reference into the base, which
+    retention (keep_last) must keep while a kept checkpoint references it."""
+    manager(root, durable, incremental=True)
+
+
+SCENARIOS = {"manager": manager, "manager-zstd": manager_zstd, "manager-incremental": manager_incremental, "writer": writer, "dcp": dcp}
 
 if __name__ == "__main__":
     scenario, root = sys.argv[1], sys.argv[2]

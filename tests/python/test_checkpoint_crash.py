@@ -175,6 +175,7 @@ class History:
         self.debris_seen = 0
         self.unreported_commits = 0
         self.max_listed = 0
+        self.incremental_listed = 0  # checks that found an incremental checkpoint listed
         self.stale_latest = 0
         self.listed_steps: List[int] = []
         self.ever_listed: Set[str] = set()
@@ -195,6 +196,7 @@ def check_root_after_kill(root: Path, history: History, killed_first_step: int,
         tags = [c.tag for c in infos]
         assert tags == mgr.list()
         history.max_listed = max(history.max_listed, len(tags))
+        history.incremental_listed += any(c.references for c in infos)
         # Commit order is step order.
         assert [c.step for c in infos] == sorted(c.step for c in infos), f"{context}: {tags}"
         assert len({c.sequence for c in infos}) == len(infos), f"{context}: duplicate sequence"
@@ -202,8 +204,10 @@ def check_root_after_kill(root: Path, history: History, killed_first_step: int,
             # A save reports its commit only after its retention pass: at that moment at most
             # keep_last checkpoints up to it existed, and no older one can appear later. (Newer
             # ones may exceed keep_last: each kill between a commit and its prune leaves one.)
+            # The base of a kept incremental checkpoint is kept with it, beyond keep_last.
             newest = max(_step_of(t) for t in history.reported)
-            upto = [t for t in tags if _step_of(t) <= newest]
+            bases = {base for c in infos for base in c.references}
+            upto = [t for t in tags if _step_of(t) <= newest and t not in bases]
             assert len(upto) <= child.KEEP_LAST, (
                 f"{context}: retention broken: {upto} kept after {newest} was reported")
 
@@ -318,7 +322,8 @@ def test_sigkill_at_random_moments_keeps_every_commit(tmp_path):
         server.close()
     print(f"crash test: {history.iterations} kills, {len(history.reported)} reported commits, "
           f"{history.debris_seen} kills left debris, {history.unreported_commits} unreported "
-          f"commits seen, at most {history.max_listed} listed, latest() behind the newest "
+          f"commits seen, at most {history.max_listed} listed, incremental checkpoints listed "
+          f"after {history.incremental_listed} kills, latest() behind the newest "
           f"{history.stale_latest} times")
     assert history.reported, "no child ever committed: the kills came too early to test much"
     assert history.debris_seen > 0, "no kill ever landed mid-save: the test exercised nothing"

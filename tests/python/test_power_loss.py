@@ -141,6 +141,22 @@ def test_compressed_manager_saves_survive_power_loss_at_every_point(shim, tmp_pa
     _assert_clean(tally)
 
 
+def test_incremental_manager_saves_survive_power_loss_at_every_point(shim, tmp_path):
+    incremental_states = []
+
+    def check(root: Path, acks: List[Tuple[str, int]]) -> None:
+        check_manager_root(root, acks, child.make_state, child.KEEP_LAST)
+        with fastpersist.CheckpointManager(root) as mgr:
+            listed = mgr.checkpoints()
+        if any(c.references for c in listed):
+            incremental_states.append(root)
+
+    _assert_clean(explore(shim, tmp_path, "manager-incremental", check))
+    # The crash states did hold checkpoints that reference their base (with full_every 3 and
+    # keep_last 2, the base outlives the newest two whenever they reference it).
+    assert incremental_states, "no crash state held an incremental checkpoint"
+
+
 def test_writer_files_survive_power_loss_at_every_point(shim, tmp_path):
     _assert_clean(explore(shim, tmp_path, "writer", check_writer_file))
 

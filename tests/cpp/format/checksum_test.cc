@@ -70,6 +70,32 @@ TEST(ChecksumTest, StreamDigestAtEveryLength) {
   }
 }
 
+TEST(ChecksumTest, Xxh3_128KnownValueAndHex) {
+  // XXH3-128 of no bytes, as xxhsum -H2 prints it (high 64 bits first).
+  const ContentDigest empty = xxh3_128("", 0);
+  EXPECT_EQ(digest_to_hex(empty), "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(digest_from_hex(digest_to_hex(empty)), empty);
+  EXPECT_EQ(digest_from_hex("99AA06D3014798D86001C324468D497F"), std::nullopt);  // one spelling
+  EXPECT_EQ(digest_from_hex("99aa06d3014798d86001c324468d497"), std::nullopt);
+  EXPECT_NE(xxh3_128("a", 1), xxh3_128("b", 1));
+}
+
+TEST(ChecksumTest, OneStreamGivesBothWidthsAtEveryLength) {
+  // The writers feed one stream and read both digests from it (shard_file_writer.cc): the
+  // 128-bit digest of a stream must equal the one-shot XXH3-128, short inputs (which take
+  // other code paths) and long ones, fed in pieces that straddle the internal buffer.
+  const std::vector<uint8_t> data = xorshift_bytes(3000);
+  for (size_t length : {size_t{0}, size_t{1}, size_t{16}, size_t{17}, size_t{128}, size_t{129},
+                        size_t{240}, size_t{241}, size_t{1024}, size_t{2999}}) {
+    for (size_t piece : {size_t{1}, size_t{7}, size_t{256}, size_t{4096}}) {
+      Xxh3Stream stream;
+      for (size_t at = 0; at < length; at += piece) stream.update(&data[at], std::min(piece, length - at));
+      EXPECT_EQ(stream.digest128(), xxh3_128(data.data(), length)) << length << " by " << piece;
+      EXPECT_EQ(stream.digest(), xxh3_64(data.data(), length)) << length << " by " << piece;
+    }
+  }
+}
+
 TEST(ChecksumTest, EmptyStreamResetAndMove) {
   Xxh3Stream stream;
   EXPECT_EQ(stream.digest(), 0x2D06800538D394C2u);

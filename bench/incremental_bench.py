@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Incremental checkpoints against full ones (issue 12), side by side in one run.
+
+Two real training runs of GPT-2 (124M parameters, built from its config, trained here on this
+repository's documentation as bytes; nothing downloaded):
+
+- ``lora``: a fine-tune with the whole model frozen (embeddings included) and a LoRA-style
+  adapter (rank --rank, on every block's attention projection) trained with AdamW; the
+  checkpoint holds the model, the adapter and the optimizer's state;
+- ``full``: every parameter trained with AdamW; the checkpoint holds the model and the
+  optimizer's state.
+
+After a base checkpoint, each round trains --steps-per-save steps and then saves the same state
+twice, in an order that rotates: with a plain ``CheckpointManager`` (a full checkpoint) and with
+``CheckpointManager(incremental=True)`` (unchanged tensors stored as references to the base).
+Both are durable ``save()`` calls on one folder. Then each is saved once more with
+``save_async``, timing until the snapshot is taken (what a hooked optimizer waits for).
+
+Printed per run and mode: the state's size, the bytes that changed since the base (what an
+incremental checkpoint must write), the bytes written (all files: data, sidecar, manifest), the
+ratio of the two, the save's time and its speed-up over the full save of the same round, the CPU
+seconds per GB of state, and the save_async blocking time against the full one's.
+
+    .venv/bin/python bench/incremental_bench.py --folder bench-data --rounds 3
+
+Medians over the rounds; ``--json PATH`` writes every measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+import fastpersist
+
+GB = 1e9
+MB = 1e6
+ROOT = Path(__file__).resolve().parent.parent
+MODES = ("full", "incremental")
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def tensor_bytes(state: Any) -> int:
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(tensor_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(tensor_bytes(v) for v in state)
+    return 0
+
+
+class Run:
+    """A GPT-2 training run whose state() is what a resumable checkpoint holds."""
+
+    def __init__(self, kind: str, rank: int) -> None:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        text = b"".join(p.read_bytes() for p in sorted((ROOT / "docs").glob("*.md")))
+        self.data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(torch.long)
+        self.model = GPT2LMHeadModel(GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=256))
+        self.kind = kind
+        self.lora: Dict[str, torch.nn.Parameter] = {}
+        if kind == "lora":
+            self.model.requires_grad_(False)
+            for i, block in enumerate(self.model.transformer.h):
+                proj = block.attn.c_attn  # Conv1D 768 -> 2304
+                a = torch.nn.Parameter(torch.randn(768, rank) * 0.01)
+                b = torch.nn.Parameter(torch.zeros(rank, proj.nf))
+                self.lora[f"h.{i}.attn.lora_A"] = a
+                self.lora[f"h.{i}.attn.lora_B"] = b
+                proj.register_forward_hook(lambda _m, inp, out, a=a, b=b: out + (inp[0] @ a) @ b)
+            params = list(self.lora.values())
+        else:
+            params = list(self.model.parameters())
+        self.opt = torch.optim.AdamW(params, lr=1e-4)
+        self.g = torch.Generator().manual_seed(1)
+
+    def train(self, steps: int) -> float:
+        loss = torch.zeros(())
+        for _ in range(steps):
+            starts = torch.randint(0, len(self.data) - 65, (4,), generator=self.g)
+            batch = torch.stack([self.data[s:s + 64] for s in starts])
+            loss = self.model(input_ids=batch, labels=batch).loss
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+        return float(loss)
+
+    def state(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"model": self.model.state_dict(), "optimizer": self.opt.state_dict()}
+        if self.lora:
+            out["lora"] = {k: v.detach() for k, v in self.lora.items()}
+        return out
+
+
+def save_once(mgr: fastpersist.CheckpointManager, tag: str, state: Any) -> Dict[str, float]:
+    gc.collect()
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    handle = mgr.save_async(tag, state)
+    handle.wait()
+    out = {"save_s": time.perf_counter() - t0, "save_cpu_s": cpu_seconds() - c0,
+           "written": float(handle.bytes), "referenced": float(handle.referenced_bytes)}
+    return out
+
+
+def async_block(mgr: fastpersist.CheckpointManager, tag: str, state: Any) -> float:
+    gc.collect()
+    t0 = time.perf_counter()
+    handle = mgr.save_async(tag, state)
+    handle.wait_snapshot()
+    blocked = time.perf_counter() - t0
+    handle.wait()
+    mgr.remove(tag)
+    return blocked
+
+
+def measure_run(kind: str, a: argparse.Namespace, folder: Path) -> Dict[str, List[Dict[str, float]]]:
+    run = Run(kind, a.rank)
+    roots = {m: folder / f"{kind}-{m}" for m in MODES}
+    for r in roots.values():
+        shutil.rmtree(r, ignore_errors=True)
+    managers = {"full": fastpersist.CheckpointManager(roots["full"]),
+                "incremental": fastpersist.CheckpointManager(roots["incremental"], incremental=True,
+                                                              full_every=a.rounds + 2)}
+    results: Dict[str, List[Dict[str, float]]] = {m: [] for m in MODES}
+    try:
+        run.train(1)
+        state = run.state()
+        nbytes = tensor_bytes(state)
+        for m in MODES:
+            managers[m].save("base", state)  # the incremental manager's base
+        for r in range(a.rounds):
+            t0 = time.perf_counter()
+            loss = run.train(a.steps_per_save)
+            state = run.state()
+            print(f"# {kind} round {r + 1}: {a.steps_per_save} steps in {time.perf_counter() - t0:.1f} s, "
+                  f"loss {loss:.3f}", file=sys.stderr)
+            order = MODES if r % 2 == 0 else MODES[::-1]
+            for m in order:
+                out = save_once(managers[m], f"r{r}", state)
+                out["block_s"] = async_block(managers[m], f"async{r}", state)
+                out["state_bytes"] = float(nbytes)
+                results[m].append(out)
+                print(f"# {kind} round {r + 1} {m}: {out}", file=sys.stderr)
+            # The rounds' checkpoints are not needed again; the bases stay.
+            for m in MODES:
+                managers[m].remove(f"r{r}")
+    finally:
+        for mgr in managers.values():
+            mgr.close()
+        for r in roots.values():
+            shutil.rmtree(r, ignore_errors=True)
+    return results
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--folder", required=True, help="a folder on the storage to measure")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--runs", default="lora,full", help="comma-separated: lora, full")
+    p.add_argument("--steps-per-save", type=int, default=2)
+    p.add_argument("--rank", type=int, default=8, help="the LoRA adapter's rank")
+    p.add_argument("--json", help="also write every measurement here")
+    a = p.parse_args(argv)
+    folder = Path(a.folder) / "incremental-bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    all_results: Dict[str, Any] = {}
+    rows = []
+    for kind in a.runs.split(","):
+        results = measure_run(kind, a, folder)
+        all_results[kind] = results
+        med = {m: {k: statistics.median(x[k] for x in results[m]) for k in results[m][0]} for m in MODES}
+        full = med["full"]
+        for m in MODES:
+            x = med[m]
+            changed = x["state_bytes"] - x["referenced"] if m == "incremental" else x["state_bytes"]
+            rows.append([kind, m, f"{x['state_bytes'] / GB:.3f}", f"{changed / MB:.1f}",
+                         f"{x['written'] / MB:.1f}", f"{x['written'] / max(changed, 1):.3f}",
+                         f"{x['save_s']:.3f}", f"{full['save_s'] / x['save_s']:.2f}",
+                         f"{x['save_cpu_s'] / (x['state_bytes'] / GB):.2f}",
+                         f"{x['block_s']:.3f}", f"{x['block_s'] / full['block_s']:.2f}"])
+        gc.collect()
+    header = ["run", "mode", "state GB", "changed MB", "written MB", "written/changed", "save s",
+              "speed-up", "CPU s/GB", "async block s", "vs full"]
+    widths = [max(len(str(v)) for v in col) for col in zip(header, *rows)]
+    print(f"cores: {os.cpu_count()}, rounds: {a.rounds} (medians), {a.steps_per_save} training "
+          "steps between saves; speed-up = full save time / this save time, same round; "
+          "'vs full' = save_async blocking time / the full save's")
+    for row in [header] + rows:
+        print("  ".join(str(v).rjust(w) for v, w in zip(row, widths)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(all_results, f, indent=1)
+    shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
