@@ -401,15 +401,7 @@ class EncodedWriter {
 }  // namespace
 
 Status write_encoded_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
-  UniqueFd fd(::open(a.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd.valid()) {
-    int err = errno;
-    if (err == EEXIST) {
-      return Status(StatusCode::kAlreadyExists, "the data file already exists", err).with_path(a.path);
-    }
-    return Status::from_errno(err, "cannot create the data file").with_path(a.path);
-  }
-  out->created = true;
+  FP_ASSIGN_OR_RETURN(UniqueFd fd, create_data_file(a, out));
   bool signalled = false;
   Status st;
   {

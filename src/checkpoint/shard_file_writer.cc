@@ -129,20 +129,22 @@ Status preallocate(int fd, uint64_t size, const std::string& path) {
 
 }  // namespace
 
-Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
-  const PlannedFile& file = *a.file;
+Result<UniqueFd> create_data_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
   UniqueFd fd(::open(a.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     int err = errno;
-    // Someone else's file (another writer of the same rank, a leftover): never replaced, and
-    // reported as such so that the caller can tell it from an I/O failure.
     if (err == EEXIST) {
-      return Status(StatusCode::kAlreadyExists, "the data file already exists", err)
-          .with_path(a.path);
+      return Status(StatusCode::kAlreadyExists, "the data file already exists", err).with_path(a.path);
     }
     return Status::from_errno(err, "cannot create the data file").with_path(a.path);
   }
   out->created = true;
+  return fd;
+}
+
+Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
+  const PlannedFile& file = *a.file;
+  FP_ASSIGN_OR_RETURN(UniqueFd fd, create_data_file(a, out));
   Status first = preallocate(fd.get(), file.size, a.path);
   bool snapshot_signalled = false;
 

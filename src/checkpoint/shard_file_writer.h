@@ -17,6 +17,7 @@
 #include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
 #include "common/task_pool.h"
+#include "common/unique_fd.h"
 #include "fastpersist/tensor_codec.h"
 #include "fastpersist/tensor_source.h"
 #include "fastpersist/io_engine.h"
@@ -59,6 +60,12 @@ struct ShardWriteArgs {
   int compression_level = 0;
   TaskPool* compressors = nullptr;
 };
+
+// Creates the data file at args.path for writing (O_EXCL: never replacing one) and sets
+// out->created, so that a failed write removes it. kAlreadyExists for someone else's file
+// (another writer of the same rank, a leftover), told apart from an I/O failure. Both writers
+// start here.
+Result<UniqueFd> create_data_file(const ShardWriteArgs& args, ShardFileOutcome* out);
 
 // A raw file (valid safetensors, laid out by the plan).
 Status write_shard_file(const ShardWriteArgs& args, ShardFileOutcome* out);
