@@ -6,6 +6,9 @@
 // stream cannot fail with a null XXH3_createState().
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+#if defined(FASTPERSIST_XXH_DISPATCH)
+#include <xxh_x86dispatch.h>  // XXH3 one-shot and update calls become the CPU-dispatched ones
+#endif
 
 namespace fastpersist {
 

@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(FASTPERSIST_XXH_DISPATCH)
+#include <xxh_x86dispatch.h>  // XXH3 one-shot and update calls become the CPU-dispatched ones
+#endif
 
 #include <algorithm>
 #include <cerrno>
