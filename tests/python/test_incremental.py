@@ -212,3 +212,37 @@ def test_cli_list_prune_dry_run_verify_and_materialize(tmp_path: Path) -> None:
     with fastpersist.CheckpointManager(tmp_path) as mgr:
         assert mgr.list() == ["step-00000003"]
         assert _same(mgr.load()["frozen"]["float32"], _frozen_and_trained(3)["frozen"]["float32"])
+
+
+def test_a_missing_or_damaged_base_is_reported_and_resume_falls_back(tmp_path: Path) -> None:
+    import shutil
+
+    with fastpersist.CheckpointManager(tmp_path, incremental=True, full_every=2, durable=False) as mgr:
+        mgr.save(1, _frozen_and_trained(1))   # full: base of 2
+        mgr.save(2, _frozen_and_trained(2))   # references 1
+        mgr.save(3, _frozen_and_trained(3))   # full again (full_every 2)
+        mgr.save(4, _frozen_and_trained(4))   # references 3
+        assert [c.references for c in mgr.checkpoints()] == [(), ("step-00000001",), (), ("step-00000003",)]
+    ref = next(t for t in _manifest(tmp_path / "step-00000004")["tensors"] if t["name"] == "frozen.float32")
+    assert ref["file"].startswith("step-00000003/")
+    # A flipped byte in the base: the incremental checkpoint that uses it is corrupt, by name.
+    path = tmp_path / ref["file"]
+    with open(path, "r+b") as f:
+        f.seek(ref["offset"] + 5)
+        b = f.read(1)
+        f.seek(ref["offset"] + 5)
+        f.write(bytes([b[0] ^ 0x40]))
+    with fastpersist.CheckpointManager(tmp_path) as mgr:
+        assert any("frozen.float32" in p for p in mgr.verify(4))
+        with pytest.raises(fastpersist.CheckpointCorruptError, match="frozen.float32"):
+            mgr.load(4)
+        # resume() takes the newest checkpoint that verifies: 2 (its base, 1, is intact).
+        with pytest.warns(UserWarning, match="skipping damaged checkpoint step-00000004"):
+            tag, state = mgr.resume()
+        assert tag == "step-00000002" and state["step"] == 2
+    # The base removed behind the manager's back: 3 and 4 leave the listing (4 as damaged).
+    shutil.rmtree(tmp_path / "step-00000003")
+    with fastpersist.CheckpointManager(tmp_path) as mgr:
+        assert mgr.list() == ["step-00000001", "step-00000002"]
+        with pytest.warns(UserWarning, match="refers to checkpoint 'step-00000003', which is not in the root"):
+            assert mgr.resume()[0] == "step-00000002"
