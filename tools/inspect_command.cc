@@ -131,6 +131,21 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     encodings[t.encoding].stored += t.stored_length;
     stored_bytes += t.stored_length;
   }
+  // An incremental checkpoint: the tensors it takes from other checkpoints (its base).
+  std::map<std::string, DtypeTotal> references;
+  {
+    std::map<std::string_view, std::string_view> base_of;  // file name -> tag it refers into
+    for (const ManifestFile& f : m.files) {
+      if (!referenced_checkpoint(f).empty()) base_of[f.name] = referenced_checkpoint(f);
+    }
+    for (const ManifestTensor& t : m.tensors) {
+      auto it = base_of.find(t.file);
+      if (it == base_of.end()) continue;
+      DtypeTotal& r = references[std::string(it->second)];
+      r.tensors++;
+      r.bytes += t.length;
+    }
+  }
   nlohmann::ordered_json metadata = nlohmann::ordered_json::parse(m.metadata_json, nullptr, false);
   if (metadata.is_discarded()) metadata = m.metadata_json;
 
@@ -156,6 +171,8 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     j["dtypes"] = dtype_json(dtypes);
     j["stored_bytes"] = stored_bytes;
     j["compression_ratio"] = ratio(m.tensor_bytes(), stored_bytes);
+    j["references"] = nlohmann::ordered_json::object();
+    for (const auto& [tag, r] : references) j["references"][tag] = {{"tensors", r.tensors}, {"bytes", r.bytes}};
     j["encodings"] = nlohmann::ordered_json::object();
     for (const auto& [name, e] : encodings) {
       j["encodings"][name] = {{"tensors", e.tensors}, {"bytes", e.bytes}, {"stored_bytes", e.stored}};
@@ -221,6 +238,10 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
                 format_bytes(e.bytes) + " -> " + format_bytes(e.stored);
     }
     row("stored", stored + " (" + ratio_text(m.tensor_bytes(), stored_bytes) + " smaller)");
+  }
+  for (const auto& [tag, r] : references) {
+    row("base", tag + ": " + count(r.tensors, "tensor", "tensors") + ", " + format_bytes(r.bytes) +
+                    " referenced, not stored here (an incremental checkpoint)");
   }
   row("size", format_bytes(total_bytes) + " in " + count(m.files.size(), "file", "files"));
   std::cout << "files:\n";

@@ -197,6 +197,10 @@ def test_cli_list_prune_dry_run_verify_and_materialize(tmp_path: Path) -> None:
     assert j["removed"] == ["step-00000002"] and "base of" in j["kept_because"]["step-00000001"]
     r = run("verify", str(tmp_path / "step-00000003"))
     assert r.returncode == 0, r.stdout + r.stderr
+    r = run("inspect", str(tmp_path / "step-00000003"))
+    assert r.returncode == 0 and "base ..." in r.stdout and "step-00000001:" in r.stdout, r.stdout
+    refs = json.loads(run("inspect", str(tmp_path / "step-00000003"), "--json").stdout)["references"]
+    assert list(refs) == ["step-00000001"] and refs["step-00000001"]["bytes"] > 0
     r = run("convert", "--materialize", str(tmp_path / "step-00000003"))
     assert r.returncode == 0 and "materialized" in r.stdout and "step-00000001" in r.stdout, r.stdout + r.stderr
     r = run("convert", "--materialize", str(tmp_path / "step-00000003"))
