@@ -166,6 +166,10 @@ struct CheckpointManager::Impl : CommitHost {
     bool hashed = std::any_of(m->tensors.begin(), m->tensors.end(),
                               [](const ManifestTensor& t) { return t.digest.has_value(); });
     if (!hashed) return;
+    // A referenced tensor keeps the base's checksum: the base must use this manager's kind
+    // (checksums on or off), or the new manifest would name the wrong algorithm for it.
+    const std::string_view algorithm = options.checksums ? kChecksumAlgorithm : kNoChecksum;
+    if (m->checksum_algorithm != algorithm) return;
     base = {tag, std::make_shared<const Manifest>(std::move(m).value())};
     saves_since_base = static_cast<unsigned>(std::count_if(
         scan.committed.begin(), scan.committed.end(),

@@ -259,6 +259,17 @@ TEST_F(IncrementalTest, AReopenedManagerGoesOnFromTheBaseAndCountsTheSavesSinceI
   open(incremental_options(3));
   EXPECT_EQ(save("s6", s), "");  // s5 has no digests to compare with
   EXPECT_EQ(save("s7", s), "s6");
+  ASSERT_TRUE(mgr_->close().is_ok());
+  // A manager without checksums does not build on a base with them (a referenced tensor keeps
+  // the base's checksum, which its manifest would not name).
+  CheckpointOptions no_sums = incremental_options(3);
+  no_sums.checksums = false;
+  open(no_sums);
+  EXPECT_EQ(save("s8", s), "");
+  EXPECT_EQ(save("s9", s), "s8");
+  ASSERT_TRUE(mgr_->close().is_ok());
+  expect_verifies(root_.file("s9"));
+  expect_loads("s9", s);
 }
 
 TEST_F(IncrementalTest, CompressedBaseTensorsAreReferencedWithTheirEncoding) {
