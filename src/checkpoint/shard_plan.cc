@@ -40,12 +40,13 @@ Status check_tensor(const TensorSource& t) {
   return Status::ok();
 }
 
-// The most a tensor of `nbytes` can take in an encoded file.
-uint64_t encoded_bound(Compression c, uint64_t nbytes) {
-  uint64_t chunks = chunk_count(nbytes, kCodecChunkBytes);
-  uint64_t full = nbytes / kCodecChunkBytes;
-  uint64_t bound = full * chunk_frame_bound(c, kCodecChunkBytes) + chunk_table_bytes(chunks);
-  if (chunks > full) bound += chunk_frame_bound(c, static_cast<size_t>(nbytes % kCodecChunkBytes));
+// The most a tensor of `nbytes` can take in an encoded file whose chunks are `chunk` bytes (the
+// writer's: 4 MiB, or a smaller staging window: encoded_file_writer.cc).
+uint64_t encoded_bound(Compression c, uint64_t nbytes, uint32_t chunk) {
+  uint64_t chunks = chunk_count(nbytes, chunk);
+  uint64_t full = nbytes / chunk;
+  uint64_t bound = full * chunk_frame_bound(c, chunk) + chunk_table_bytes(chunks);
+  if (chunks > full) bound += chunk_frame_bound(c, static_cast<size_t>(nbytes % chunk));
   return std::max(nbytes, bound);
 }
 
@@ -113,7 +114,8 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
       file.encoded = true;
       file.encoded_header_bytes = encoded_header_reserve(file.layout);
       file.size = file.encoded_header_bytes;
-      for (size_t i : file.tensors) file.size += encoded_bound(options.compression, tensors[i].nbytes);
+      const auto chunk = static_cast<uint32_t>(std::min<size_t>(kCodecChunkBytes, options.effective_window_bytes()));
+      for (size_t i : file.tensors) file.size += encoded_bound(options.compression, tensors[i].nbytes, chunk);
     }
     files.push_back(std::move(file));
   }

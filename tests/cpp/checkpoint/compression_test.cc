@@ -4,6 +4,9 @@
 // converted; data files that are valid safetensors; compressible tensors stored compressed and
 // the others raw; verify decoding; damaged frames and tables reported, never loaded.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 
 #include <cstring>
 #include <string>
@@ -13,6 +16,7 @@
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/dtype.h"
+#include "fastpersist/shard_writer.h"
 #include "fastpersist/tensor_codec.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -223,6 +227,34 @@ TEST_F(CompressionTest, DefaultWindowsMakeFourMiBChunksAndBudgetsStream) {
   dir = save(state, o, "budget");
   expect_loads(dir, state);
   expect_verifies(dir);
+}
+
+TEST_F(CompressionTest, PlannedSizeBoundsTheFilesWithSmallChunksToo) {
+  // A tensor that shrinks in its first chunk (so it is stored compressed) and then does not:
+  // its frames take the most, and small windows make many small chunks, each with its frame
+  // overhead and table entry. The plan's bound must still cover every file.
+  TestState state;
+  OwnedTensor& t = state.add("mixed", "F32", {600000}, 1);  // 2.4 MB
+  const std::vector<std::byte> smooth = smooth_bytes(64 * kKiB, 4, 2);
+  std::copy(smooth.begin(), smooth.end(), t.bytes.begin());
+  state.add("noise", "F32", {100000}, 3);
+  for (size_t window : {size_t{4096}, 16 * kKiB, 64 * kKiB}) {
+    for (Compression c : {Compression::kZstd, Compression::kLz4}) {
+      ShardWriterOptions o;
+      o.staging_window_bytes = window;
+      o.lock_staging_memory = false;
+      o.durable = false;
+      o.compression = c;
+      FP_ASSERT_OK_AND_ASSIGN(auto writer, ShardWriter::create(o, engine_));
+      const CheckpointContent content = state.content();
+      FP_ASSERT_OK_AND_ASSIGN(ShardPlan plan, writer->plan(content.tensors));
+      const std::string dir = root_.file(std::string(compression_name(c)) + std::to_string(window));
+      ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+      FP_ASSERT_OK_AND_ASSIGN(ShardWriteResult r, writer->write(dir, content.tensors, plan));
+      EXPECT_EQ(r.tensors[0].encoding, compression_name(c)) << window;
+      EXPECT_LE(r.bytes_written, plan.total_bytes()) << compression_name(c) << " window " << window;
+    }
+  }
 }
 
 TEST_F(CompressionTest, DamagedFramesAndTablesAreReportedAndNeverLoaded) {
