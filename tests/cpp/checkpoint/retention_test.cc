@@ -290,6 +290,53 @@ TEST(SelectDamagedForRemovalTest, Policies) {
   EXPECT_TRUE(select_damaged_for_removal(no_committed, 1, std::nullopt).empty());
 }
 
+TEST(DecideRetentionTest, KeepsWhatKeptCheckpointsReferenceAndSaysWhy) {
+  checkpoint::RootScan scan;
+  auto add = [&](const std::string& tag, uint64_t seq, std::vector<std::string> refs) {
+    CheckpointInfo i;
+    i.tag = tag;
+    i.sequence = seq;
+    i.step = static_cast<int64_t>(seq) * 100;
+    i.references = std::move(refs);
+    scan.committed.push_back(i);
+  };
+  add("f1", 1, {});
+  add("i2", 2, {"f1"});
+  add("f3", 3, {});
+  add("i4", 4, {"f3"});
+  add("i5", 5, {"f3"});
+  // keep_last 2 keeps i4 and i5, and their base f3; f1 and i2 go (i2 is not kept, so neither
+  // is its base).
+  checkpoint::RetentionDecision d = checkpoint::decide_retention(scan, 2, std::nullopt);
+  EXPECT_EQ(d.remove, (Tags{"f1", "i2"}));
+  ASSERT_EQ(d.kept.size(), 3u);
+  EXPECT_EQ(d.kept[0].first, "f3");
+  EXPECT_EQ(d.kept[0].second, "the base of i4, i5 (incremental, kept)");
+  EXPECT_EQ(d.kept[1].second, "one of the newest 2");
+  EXPECT_EQ(d.kept[2].second, "the newest");
+  // A milestone that is incremental keeps its base too, with both reasons where they apply.
+  d = checkpoint::decide_retention(scan, 1, 200);  // milestones: i2 (step 200), i4 (400)
+  EXPECT_TRUE(d.remove.empty());
+  ASSERT_EQ(d.kept.size(), 5u);
+  EXPECT_EQ(d.kept[0].second, "the base of i2 (incremental, kept)");
+  EXPECT_EQ(d.kept[1].second, "a milestone (step 200 is a multiple of 200)");
+  EXPECT_EQ(d.kept[2].second, "the base of i4, i5 (incremental, kept)");
+  EXPECT_EQ(d.kept[3].second, "a milestone (step 400 is a multiple of 200)");
+  EXPECT_EQ(d.kept[4].second, "the newest");
+  d = checkpoint::decide_retention(scan, 1, 500);  // i5 is the newest and a milestone
+  EXPECT_EQ(d.remove, (Tags{"f1", "i2", "i4"}));
+  EXPECT_EQ(d.kept[1].second, "the newest; a milestone (step 500 is a multiple of 500)");
+  // A damaged checkpoint that is kept (too new to go) keeps its base as well.
+  scan.damaged.push_back({"d6", "broken", 6, 600, {"f1"}});
+  d = checkpoint::decide_retention(scan, 1, std::nullopt);
+  EXPECT_EQ(d.remove, (Tags{"i2", "i4"}));
+  EXPECT_EQ(d.kept[0].second, "the base of d6 (incremental, kept)");
+  // No policy: everything stays, and the reasons say so.
+  d = checkpoint::decide_retention(scan, std::nullopt, std::nullopt);
+  EXPECT_TRUE(d.remove.empty());
+  EXPECT_EQ(d.kept[0].second, "no keep-last policy; the base of i2, d6 (incremental, kept)");
+}
+
 TEST_F(RetentionTest, RemoveATagAndAnUnknownOne) {
   FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
   save_steps(*mgr, 1, 3);
