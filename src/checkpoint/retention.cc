@@ -102,8 +102,30 @@ RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned>
     for (const CheckpointInfo& c : scan.committed) changed = protect(c.tag, c.references) || changed;
     for (const DamagedCheckpoint& x : scan.damaged) changed = protect(x.tag, x.references) || changed;
   }
+  // Users before their bases: a checkpoint goes only once nothing left to remove references it,
+  // so no one looking at the root meanwhile (a concurrent verify, a crash between two removals)
+  // sees an incremental checkpoint whose base is already gone.
+  std::map<std::string, std::vector<std::string>> refs_of;
+  for (const CheckpointInfo& c : scan.committed) refs_of[c.tag] = c.references;
+  for (const DamagedCheckpoint& x : scan.damaged) refs_of[x.tag] = x.references;
+  std::vector<std::string> pending;
   for (const std::string& tag : selected) {
-    if (remove.count(tag) != 0) d.remove.push_back(tag);
+    if (remove.count(tag) != 0) pending.push_back(tag);
+  }
+  while (!pending.empty()) {
+    std::vector<std::string> later;
+    for (const std::string& tag : pending) {
+      bool used = std::any_of(pending.begin(), pending.end(), [&](const std::string& other) {
+        const std::vector<std::string>& r = refs_of[other];
+        return other != tag && std::find(r.begin(), r.end(), tag) != r.end();
+      });
+      (used ? later : d.remove).push_back(tag);
+    }
+    if (later.size() == pending.size()) {  // a cycle (only a forged root has one): as selected
+      d.remove.insert(d.remove.end(), later.begin(), later.end());
+      break;
+    }
+    pending.swap(later);
   }
   const size_t keep = keep_last ? std::max<size_t>(*keep_last, 1) : 0;
   for (size_t i = 0; i < scan.committed.size(); ++i) {

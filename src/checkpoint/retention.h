@@ -49,7 +49,9 @@ std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last, cons
 
 // What a policy does to a root, and why each committed checkpoint stays.
 struct RetentionDecision {
-  std::vector<std::string> remove;  // committed tags (oldest first), then damaged ones
+  // Committed tags (oldest first), then damaged ones, except that a checkpoint comes after
+  // every checkpoint in the list that references it (an incremental one before its base).
+  std::vector<std::string> remove;
   // Each committed checkpoint kept, oldest first, with why: "the newest", "one of the newest
   // N", "a milestone (...)", "the base of X, Y (incremental, kept)" (several joined by "; ").
   std::vector<std::pair<std::string, std::string>> kept;

@@ -199,6 +199,13 @@ def main() -> int:
             t["commits_reported"] += len(committed)
             history.reported += committed
             squeezer.set_free(None)  # the restarted job's checks run with room to spare
+            if not root.exists():
+                # The first job failed (squeezed) or was killed before it created the root:
+                # nothing can have been committed, and there is nothing to check yet.
+                if history.reported:
+                    failure = f"{context}: the root is gone after commits were reported"
+                    break
+                continue
             try:
                 crash.check_root_after_kill(root, history, first_step, context)
             except AssertionError as exc:

@@ -308,7 +308,7 @@ TEST(DecideRetentionTest, KeepsWhatKeptCheckpointsReferenceAndSaysWhy) {
   // keep_last 2 keeps i4 and i5, and their base f3; f1 and i2 go (i2 is not kept, so neither
   // is its base).
   checkpoint::RetentionDecision d = checkpoint::decide_retention(scan, 2, std::nullopt);
-  EXPECT_EQ(d.remove, (Tags{"f1", "i2"}));
+  EXPECT_EQ(d.remove, (Tags{"i2", "f1"}));  // an incremental checkpoint before its base
   ASSERT_EQ(d.kept.size(), 3u);
   EXPECT_EQ(d.kept[0].first, "f3");
   EXPECT_EQ(d.kept[0].second, "the base of i4, i5 (incremental, kept)");
@@ -324,7 +324,7 @@ TEST(DecideRetentionTest, KeepsWhatKeptCheckpointsReferenceAndSaysWhy) {
   EXPECT_EQ(d.kept[3].second, "a milestone (step 400 is a multiple of 200)");
   EXPECT_EQ(d.kept[4].second, "the newest");
   d = checkpoint::decide_retention(scan, 1, 500);  // i5 is the newest and a milestone
-  EXPECT_EQ(d.remove, (Tags{"f1", "i2", "i4"}));
+  EXPECT_EQ(d.remove, (Tags{"i2", "i4", "f1"}));
   EXPECT_EQ(d.kept[1].second, "the newest; a milestone (step 500 is a multiple of 500)");
   // A damaged checkpoint that is kept (too new to go) keeps its base as well.
   scan.damaged.push_back({"d6", "broken", 6, 600, {"f1"}});
