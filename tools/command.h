@@ -27,6 +27,10 @@ Command add_inspect_command(CLI::App& parent);
 Command add_verify_command(CLI::App& parent);
 Command add_prune_command(CLI::App& parent);
 Command add_convert_command(CLI::App& parent);
+// Tiers: copy a root's checkpoints into another root.
+Command add_drain_command(CLI::App& parent);
+// When to save: the Young/Daly interval.
+Command add_advise_command(CLI::App& parent);
 // Maintenance: temporaries of dead writers.
 Command add_clean_command(CLI::App& parent);
 

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {add_report_command(app), add_io_bench_command(app),
                                    add_list_command(app),   add_inspect_command(app),
                                    add_verify_command(app), add_prune_command(app),
-                                   add_convert_command(app), add_clean_command(app)};
+                                   add_convert_command(app), add_clean_command(app),
+                                   add_drain_command(app), add_advise_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -48,9 +48,11 @@
 #include "fastpersist/io_engine.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/options.h"
+#include "fastpersist/save_policy.h"
 #include "fastpersist/shard_writer.h"
 #include "fastpersist/status.h"
 #include "fastpersist/tensor_source.h"
+#include "fastpersist/tier.h"
 
 namespace fastpersist {
 
@@ -79,6 +81,13 @@ struct CheckpointOptions : DataFileOptions {
   // full_every saves have passed since it (it counts), or when more than half the bytes changed.
   bool incremental = false;
   unsigned full_every = 10;             // 1: every save is full
+  // Tiers (tier.h, docs/tiers.md): each committed checkpoint a tier selects is copied there in
+  // the background. A selected checkpoint stays pinned locally until it is there (retention
+  // skips it; remove() is refused); off: only the one being copied is.
+  std::vector<TierOptions> tiers = {};
+  bool pin_until_drained = true;
+  // When should_save(step) says yes (save_policy.h); empty: should_save is refused.
+  SavePolicy save_policy = {};
 };
 
 // The state of one save. Shared between the manager's thread and the caller.
@@ -108,6 +117,9 @@ class PendingSave {
   // from there without writing them.
   std::string base_tag() const;
   uint64_t referenced_bytes() const;
+  // With tiers: the drain failures that happened since the previous save_async (a failed drain
+  // never fails a save; it is retried). Known when save_async returns.
+  std::vector<Status> tier_errors() const;
 
  private:
   std::shared_ptr<State> state_;
@@ -126,6 +138,13 @@ struct CheckpointInfo {
   // empty for a full one), in name order. Retention never removes one of them while this one
   // is kept.
   std::vector<std::string> references = {};
+};
+
+// One committed checkpoint and every place it lives (CheckpointManager::locations(), tier.h).
+struct CheckpointPlace {
+  CheckpointInfo info;               // as the first place lists it
+  std::vector<std::string> roots;    // the local root first when it is there, then tiers in order
+  bool local = false;                // roots.front() is the local root
 };
 
 class CheckpointManager {
@@ -150,8 +169,30 @@ class CheckpointManager {
   // Waits for pending snapshots only (what an optimizer hook waits for).
   Status wait_snapshots();
   // Waits for everything, then releases the lock. Idempotent; later saves fail. A
-  // CheckpointCommit still open then can only abort.
-  Status close();
+  // CheckpointCommit still open then can only abort. With tiers it waits for the drains too
+  // (wait_drains(drain_timeout_seconds)) and returns their failure when nothing else failed;
+  // a drain still running at the timeout stops, and the next manager copies that checkpoint.
+  Status close(std::optional<double> drain_timeout_seconds = std::nullopt);
+
+  // The save policy (CheckpointOptions::save_policy): whether a save is due at `step`: the step
+  // is a multiple of every_steps, or every_seconds passed since the last save_async (or since
+  // open). Never twice for one step. kInvalidArgument without a policy.
+  Result<bool> should_save(int64_t step);
+
+  // Tiers: waits (at most `timeout_seconds`) until every committed checkpoint a tier selects
+  // has been tried once more since this call; OK when each is in its tiers. Otherwise the
+  // failures (kBusy naming what is left when the timeout came first). OK at once without tiers.
+  Status wait_drains(std::optional<double> timeout_seconds = std::nullopt);
+  std::vector<TierState> tier_states() const;  // one per tier, in options().tiers order
+  // Every committed checkpoint of the local root and of each tier, oldest first by creation
+  // time; copies of one checkpoint (same tag and creation time) are one entry. A tier that
+  // cannot be listed is skipped and named in `unreachable` ("path: why").
+  Result<std::vector<CheckpointPlace>> locations(std::vector<std::string>* unreachable = nullptr) const;
+  // Copies checkpoint `tag` of the tier at `tier_path` (one of options().tiers) into the local
+  // root, every byte checked on the way, its base first when it is incremental and the base is
+  // not local. Returns the bytes copied (0: it was local already). kDataLoss when the tier's
+  // copy is damaged; the local root is then as it was.
+  Result<uint64_t> pull(const std::string& tier_path, const std::string& tag);
 
   // Begins a checkpoint that other writers fill (the ranks of a distributed job) and this
   // manager commits (checkpoint_commit.h): creates its temporary directory under the root.

@@ -38,8 +38,8 @@
 namespace fastpersist {
 
 // What the coordinator commits: every writer's records and the checkpoint's own fields. The
-// manager fills in the tag, the commit sequence, the time, the fingerprint and the fastpersist
-// version.
+// manager fills in the tag, the commit sequence, the time (unless given), the fingerprint and the
+// fastpersist version.
 struct CommitContent {
   std::optional<int64_t> step;
   std::string metadata_json = "{}";             // user metadata, a JSON object
@@ -50,6 +50,10 @@ struct CommitContent {
   std::map<std::string, std::string> aliases;
   // false: the writers ran without checksums (every checksum 0); the manifest says so.
   bool checksums = true;
+  // When the checkpoint was made (seconds since the epoch); nullopt: now. A tier's copy keeps
+  // the time of the original, so that copies in several places compare by age.
+  std::optional<double> created_unix;
+  std::optional<double> blocking_seconds;  // Manifest::blocking_seconds (a copy keeps it)
 };
 
 class CheckpointCommit {

@@ -90,6 +90,9 @@ struct Manifest {
   std::map<std::string, std::string> aliases;   // name -> stored tensor it shares memory with
   // v2: how many ranks wrote the checkpoint (1: a single process; every v1 checkpoint).
   uint32_t world_size = 1;
+  // v2, optional: how long the save blocked its caller, from save_async to the end of the
+  // snapshot (seconds). `fastpersist advise --measure` reads it.
+  std::optional<double> blocking_seconds;
   std::vector<ManifestFile> files;
   std::vector<ManifestTensor> tensors;
 

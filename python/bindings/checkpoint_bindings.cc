@@ -79,6 +79,19 @@ nb::dict info_dict(const CheckpointInfo& c) {
   return d;
 }
 
+nb::dict tier_state_dict(const TierState& t) {
+  nb::dict d;
+  d["path"] = t.path;
+  d["draining"] = t.draining;
+  d["waiting"] = utf8_list(t.waiting);
+  d["last_drained"] = t.last_drained;
+  d["checkpoints_drained"] = t.checkpoints_drained;
+  d["bytes_drained"] = t.bytes_drained;
+  d["seconds_draining"] = t.seconds_draining;
+  d["last_error"] = t.last_error.is_ok() ? std::string() : t.last_error.to_string();
+  return d;
+}
+
 nb::list info_list(const std::vector<CheckpointInfo>& all) {
   nb::list out;
   for (const CheckpointInfo& c : all) out.append(info_dict(c));
@@ -110,9 +123,9 @@ class PyCheckpointManager {
     if (!manager_) throw nb::value_error("the CheckpointManager is closed");
     return *manager_;
   }
-  void close() {
+  void close(std::optional<double> drain_timeout) {
     if (!manager_) return;
-    Status st = without_gil([&] { return manager_->close(); });
+    Status st = without_gil([&] { return manager_->close(drain_timeout); });
     manager_.reset();
     check(st);
   }
@@ -240,7 +253,24 @@ void bind_checkpoint(nb::module_& m) {
       .def_rw("compression_level", &CheckpointOptions::compression_level)
       .def_rw("compression_threads", &CheckpointOptions::compression_threads)
       .def_rw("incremental", &CheckpointOptions::incremental)
-      .def_rw("full_every", &CheckpointOptions::full_every);
+      .def_rw("full_every", &CheckpointOptions::full_every)
+      .def_rw("tiers", &CheckpointOptions::tiers)
+      .def_rw("pin_until_drained", &CheckpointOptions::pin_until_drained)
+      .def_prop_rw(
+          "save_every_steps", [](const CheckpointOptions& o) { return o.save_policy.every_steps; },
+          [](CheckpointOptions& o, std::optional<int64_t> v) { o.save_policy.every_steps = v; })
+      .def_prop_rw(
+          "save_every_seconds", [](const CheckpointOptions& o) { return o.save_policy.every_seconds; },
+          [](CheckpointOptions& o, std::optional<double> v) { o.save_policy.every_seconds = v; });
+
+  nb::class_<TierOptions>(m, "TierOptions")
+      .def(nb::init<>())
+      .def_rw("path", &TierOptions::path)
+      .def_rw("keep_last", &TierOptions::keep_last)
+      .def_rw("keep_every", &TierOptions::keep_every)
+      .def_rw("every", &TierOptions::every)
+      .def_rw("bandwidth_bytes_per_second", &TierOptions::bandwidth_bytes_per_second)
+      .def("validate", [](const TierOptions& t) { check(t.validate()); });
 
   nb::class_<PendingSave>(m, "PendingSave")
       .def_prop_ro("tag", &PendingSave::tag)
@@ -254,6 +284,12 @@ void bind_checkpoint(nb::module_& m) {
       .def_prop_ro("checksum_seconds", &PendingSave::checksum_seconds)
       .def_prop_ro("base_tag", &PendingSave::base_tag)
       .def_prop_ro("referenced_bytes", &PendingSave::referenced_bytes)
+      .def_prop_ro("tier_errors",
+                   [](const PendingSave& p) {
+                     std::vector<std::string> out;
+                     for (const Status& st : p.tier_errors()) out.push_back(st.to_string());
+                     return utf8_list(out);
+                   })
       .def_prop_ro("retention_error", [](const PendingSave& p) {
         Status st = p.retention_status();
         return st.is_ok() ? std::string() : st.to_string();
@@ -266,7 +302,41 @@ void bind_checkpoint(nb::module_& m) {
       .def("wait_all", [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_all(); })); })
       .def("wait_snapshots",
            [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_snapshots(); })); })
-      .def("close", &PyCheckpointManager::close)
+      .def("close", &PyCheckpointManager::close, "drain_timeout"_a.none() = nb::none())
+      .def(
+          "wait_drains",
+          [](PyCheckpointManager& s, std::optional<double> timeout) {
+            check(without_gil([&] { return s.get().wait_drains(timeout); }));
+          },
+          "timeout"_a.none() = nb::none())
+      .def("tier_states",
+           [](PyCheckpointManager& s) {
+             nb::list out;
+             for (const TierState& t : s.get().tier_states()) out.append(tier_state_dict(t));
+             return out;
+           })
+      .def("locations",
+           [](PyCheckpointManager& s) {
+             std::vector<std::string> unreachable;
+             auto places = unwrap(without_gil([&] { return s.get().locations(&unreachable); }));
+             nb::list out;
+             for (const CheckpointPlace& p : places) {
+               nb::dict d = info_dict(p.info);
+               d["roots"] = utf8_list(p.roots);
+               d["local"] = p.local;
+               out.append(d);
+             }
+             return std::make_pair(out, utf8_list(unreachable));
+           })
+      .def(
+          "should_save",
+          [](PyCheckpointManager& s, int64_t step) { return unwrap(s.get().should_save(step)); }, "step"_a)
+      .def(
+          "pull",
+          [](PyCheckpointManager& s, const std::string& tier, const std::string& tag) {
+            return unwrap(without_gil([&] { return s.get().pull(tier, tag); }));
+          },
+          "tier"_a, "tag"_a)
       .def(
           "begin_commit",
           [](PyCheckpointManager& s, const std::string& tag) {

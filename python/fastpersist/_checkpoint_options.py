@@ -21,7 +21,8 @@ Size = Union[int, str]
 _SIZES = {"staging_budget": "staging_budget_bytes", "staging_window": "staging_window_bytes",
           "target_file_size": "target_file_bytes", "min_file_size": "min_file_bytes"}
 _COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_flight",
-           "compression_threads": "compression_threads", "full_every": "full_every"}
+           "compression_threads": "compression_threads", "full_every": "full_every",
+           "save_every_steps": "save_every_steps"}
 _FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums",
           "incremental": "incremental"}
 _ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
@@ -29,7 +30,7 @@ _ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
 # The codec's name and level: C++ parses the name and checks the level for the codec.
 _CODEC = ("compression", "compression_level")
 
-SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + _ENGINE + _CODEC
+SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + _ENGINE + _CODEC + ("save_every_seconds",)
 INT32_MAX = (1 << 31) - 1
 
 
@@ -68,6 +69,12 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
     level = settings.get("compression_level")
     if level is not None:
         o.compression_level = check_int("compression_level", level, -INT32_MAX, INT32_MAX)
+    seconds = settings.get("save_every_seconds")
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError("fastpersist: save_every_seconds must be a number of seconds, "
+                            f"got {type(seconds).__name__}")
+        o.save_every_seconds = float(seconds)  # C++ checks it (finite, above 0) at open
     o.keep_last = keep_last
     o.keep_every = keep_every
     return o

@@ -41,6 +41,7 @@ from ._tensor_source import NO_DEVICE, source_tensor
 from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
+from .tiers import CheckpointLocation, Tier, TierStatus, TierWarning, tier_options
 from .writer import engine_options
 
 if TYPE_CHECKING:
@@ -156,6 +157,11 @@ class SaveHandle:
         return float(self._pending.checksum_seconds)
 
     @property
+    def tier_errors(self) -> List[str]:
+        """Drain failures that happened since the previous save (warned as TierWarning)."""
+        return list(getattr(self._pending, "tier_errors", []))
+
+    @property
     def base(self) -> Optional[str]:
         """Once done, for an incremental save: the tag of the full checkpoint whose files it
         references for the tensors that did not change; None for a full checkpoint."""
@@ -247,6 +253,18 @@ class CheckpointManager:
             never delete a base that a kept checkpoint references. See docs/incremental.md.
         full_every: with ``incremental``, every N-th save is a full checkpoint, the base of
             the next ones [10]; a save is also full when more than half of the bytes changed.
+        tiers: a list of :class:`fastpersist.Tier`: each committed checkpoint a tier selects
+            is copied there in the background (verified on the way, committed there with the
+            same protocol, the tier's own retention). A failed drain never fails a save: it is
+            retried and warned about (TierWarning) by the next save; ``wait()`` and ``close()``
+            wait for the drains; ``resume()`` takes the newest checkpoint anywhere, pulling it
+            back when it is only in a tier. See docs/tiers.md.
+        pin_until_drained: a checkpoint a tier selects stays on local storage until it is
+            there (retention skips it, ``remove`` refuses it) [True]; False: only while copied.
+        save_every_steps, save_every_seconds: the save policy of :meth:`should_save` and
+            :meth:`maybe_save`: a save is due when the step is a multiple of N, or when T seconds
+            passed since the last save, whichever comes first. ``fastpersist advise`` suggests
+            an interval from the checkpoint's cost and the failure rate.
         backend, block_size, queue_depth, intra_op_parallelism: I/O engine settings.
         distributed: save and load together with the other ranks of torch.distributed
             [None: when it is initialized with more than one rank]. Every rank then creates
@@ -278,6 +296,10 @@ class CheckpointManager:
         compression_threads: Optional[int] = None,
         incremental: Optional[bool] = None,
         full_every: Optional[int] = None,
+        tiers: Optional[List[Tier]] = None,
+        pin_until_drained: Optional[bool] = None,
+        save_every_steps: Optional[int] = None,
+        save_every_seconds: Optional[float] = None,
         backend: Optional[str] = None,
         block_size: Optional[int] = None,
         queue_depth: Optional[int] = None,
@@ -293,13 +315,21 @@ class CheckpointManager:
                     "compression": compression, "compression_level": compression_level,
                     "compression_threads": compression_threads,
                     "incremental": incremental, "full_every": full_every,
+                    "save_every_steps": save_every_steps, "save_every_seconds": save_every_seconds,
                     "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
                     "intra_op_parallelism": intra_op_parallelism}
         o = checkpoint_options(settings, keep_last, keep_every)
+        o.tiers = tier_options(tiers)
+        if pin_until_drained is not None:
+            o.pin_until_drained = bool(pin_until_drained)
         self._engine_options = o.engine
         self._options = o  # what the C++ manager was opened with (defaults filled in)
         self._dist: Optional["DistributedCheckpoints"] = None
         if _is_distributed(distributed):
+            if o.tiers:
+                raise ValueError("fastpersist: tiers are drained by one process; a multi-rank "
+                                 "CheckpointManager does not drain them yet (pass tiers=None, "
+                                 "or run `fastpersist drain` on the root)")
             if incremental:
                 raise ValueError("fastpersist: incremental checkpoints are written by one "
                                  "process; a multi-rank CheckpointManager saves full ones "
@@ -378,7 +408,24 @@ class CheckpointManager:
                                                   metadata_json, versions)
         handle = SaveHandle(pending, keepalive)
         self._handles.append(handle)
+        for error in handle.tier_errors:
+            warnings.warn(f"fastpersist: a drain into a tier failed (local saves go on; it is "
+                          f"retried): {error}", TierWarning, stacklevel=3)
         return handle
+
+    def should_save(self, step: int) -> bool:
+        """Whether the save policy (``save_every_steps`` / ``save_every_seconds``) says to save
+        at `step`; never twice for one step. ValueError when the manager has no policy."""
+        if self._dist is not None:
+            return bool(self._agreed(lambda: self._core.should_save(step)))
+        return bool(self._core_manager().should_save(step))
+
+    def maybe_save(self, step: int, state: Any, *,
+                   metadata: Optional[Dict[str, Any]] = None) -> Optional[SaveHandle]:
+        """``save_async(step, state)`` when :meth:`should_save` says so, else None."""
+        if not self.should_save(step):
+            return None
+        return self.save_async(step, state, metadata=metadata)
 
     @property
     def staging_bytes(self) -> int:
@@ -388,13 +435,53 @@ class CheckpointManager:
             return 0 if writer is None else int(writer.staging_bytes)
         return int(self._core_manager().staging_bytes)
 
-    def wait(self) -> None:
-        """Waits for every save in flight; raises the first failure nobody collected."""
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits for every save in flight; raises the first failure nobody collected.
+
+        With tiers it then waits (at most `timeout` seconds) until every committed checkpoint
+        a tier selects is there, and raises the drain's failure if one is not (a timeout
+        raises ``BlockingIOError``-like ``CheckpointBusyError`` naming what is left).
+        """
         if self._dist is not None:
             self._dist.wait()
         else:
             self._core_manager().wait_all()
+            self._forget_finished()
+            if self._options.tiers:
+                self._core_manager().wait_drains(None if timeout is None else float(timeout))
         self._forget_finished()
+
+    def tier_status(self) -> List[TierStatus]:
+        """Where each tier stands: what it is copying, what waits, the last error."""
+        if self._dist is not None:
+            return []
+        return [TierStatus(**t) for t in self._core_manager().tier_states()]
+
+    def locations(self) -> List[CheckpointLocation]:
+        """Every committed checkpoint of the local root and of the tiers, oldest first, with the
+        roots that hold it (the local root first). A tier that cannot be listed is warned about
+        and left out."""
+        if self._dist is not None:
+            return [CheckpointLocation(i.tag, i.step, i.created_unix, (self._root,), True)
+                    for i in self.checkpoints()]
+        places, unreachable = self._core_manager().locations()
+        for entry in unreachable:
+            warnings.warn(f"fastpersist: tier unreachable: {entry}", TierWarning, stacklevel=2)
+        return [CheckpointLocation(p["tag"], p["step"], p["created_unix"], p["roots"], p["local"])
+                for p in places]
+
+    def pull(self, tag: Union[int, str], tier: Optional[PathLike] = None) -> int:
+        """Copies a checkpoint from a tier (the first that holds it, or `tier`) into the local
+        root, verified on the way, its base first; returns the bytes copied (0: it was local)."""
+        name = tag_for(tag)
+        if tier is None:
+            places = [p for p in self.locations() if p.tag == name]
+            if any(p.local for p in places):
+                return 0
+            if not places:
+                raise FileNotFoundError(f"no checkpoint {name!r} under {self._root} or its tiers")
+            tier = places[-1].roots[0]  # the newest copy
+        return int(self._core_manager().pull(os.fspath(tier), name))
 
     def wait_snapshots(self) -> None:
         """Waits until every in-flight save has snapshotted its tensors."""
@@ -414,8 +501,13 @@ class CheckpointManager:
         self._hooks.append(hook)
         return hook
 
-    def close(self) -> None:
-        """Finishes in-flight saves and releases the root; raises an uncollected failure."""
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Finishes in-flight saves and releases the root; raises an uncollected failure.
+
+        With tiers it waits for the drains too, at most `timeout` seconds: a script that ends
+        after its last save leaves a complete copy in every tier, or an exception saying
+        which did not get one (a drain cut short resumes with the next manager).
+        """
         if self.closed:
             return
         for hook in self._hooks:
@@ -425,7 +517,7 @@ class CheckpointManager:
             if self._dist is not None:
                 self._dist.close()
             else:
-                self._core.close()
+                self._core.close(None if timeout is None else float(timeout))
         finally:
             for h in self._handles:
                 h._report_retention()
@@ -520,6 +612,8 @@ class CheckpointManager:
         infos, damaged = self._agreed(lambda: _core.list_checkpoints(self._root))
         for entry in damaged:
             warnings.warn(f"fastpersist: skipping damaged checkpoint {entry}", stacklevel=2)
+        if self._dist is None and self._options.tiers:
+            return self._resume_from_tiers(load_args)
         for info in reversed([CheckpointInfo(**i) for i in infos]):
             try:
                 return info.tag, self.load(info.tag, **{"verify": True, **load_args})
@@ -529,6 +623,22 @@ class CheckpointManager:
             except CheckpointUnsupportedError as e:
                 warnings.warn(f"fastpersist: skipping checkpoint {info.tag}, which this "
                               f"fastpersist cannot load: {e}", stacklevel=2)
+        return None, None
+
+    def _resume_from_tiers(self, load_args: Dict[str, Any]) -> Tuple[Optional[str], Any]:
+        """resume() with tiers: the newest checkpoint anywhere that verifies, the local copy
+        preferred; one held only by a tier is pulled back first (verified on the way)."""
+        for place in reversed(self.locations()):
+            try:
+                if not place.local:
+                    self.pull(place.tag, place.roots[0])
+                return place.tag, self.load(place.tag, **{"verify": True, **load_args})
+            except CheckpointCorruptError as e:
+                warnings.warn(f"fastpersist: skipping damaged checkpoint {place.tag}: {e}",
+                              stacklevel=3)
+            except CheckpointUnsupportedError as e:
+                warnings.warn(f"fastpersist: skipping checkpoint {place.tag}, which this "
+                              f"fastpersist cannot load: {e}", stacklevel=3)
         return None, None
 
     def verify(self, tag: Union[int, str] = "latest",

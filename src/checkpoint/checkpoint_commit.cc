@@ -36,7 +36,8 @@ Manifest build_manifest(const CheckpointCommit::State& s, CommitContent c, uint6
   m.files = std::move(c.files);
   m.tensors = std::move(c.tensors);
   m.fingerprint = manifest_fingerprint(m.tensors);
-  m.created_unix = checkpoint::unix_now();
+  m.created_unix = c.created_unix.value_or(checkpoint::unix_now());
+  m.blocking_seconds = c.blocking_seconds;
   if (!c.checksums) m.checksum_algorithm = std::string(kNoChecksum);
   return m;
 }

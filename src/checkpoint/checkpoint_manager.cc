@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "checkpoint/root_scan.h"
 #include "checkpoint/root_lock.h"
 #include "checkpoint/save_job.h"
+#include "checkpoint/tier_drain.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"
@@ -51,6 +53,7 @@ struct CheckpointManager::Impl : CommitHost {
   }
   std::mutex& pointer_mutex() override { return pointer_mu; }
   Status after_commit(const std::string& tag) override {
+    if (drainer) drainer->committed(tag);
     if (!options.keep_last) return Status::ok();
     auto removed = prune_now(options.keep_last, options.keep_every, tag);
     return removed.is_ok() ? Status::ok() : retention_failure(tag, removed.status());
@@ -115,6 +118,7 @@ struct CheckpointManager::Impl : CommitHost {
         std::lock_guard l(mu);
         base_in_use.clear();
       }
+      if (st.is_ok() && drainer) drainer->committed(job.tag);  // pinned before retention runs
       Status retention;
       if (st.is_ok() && options.keep_last) {
         auto removed = prune_now(options.keep_last, options.keep_every, job.tag);
@@ -183,7 +187,7 @@ struct CheckpointManager::Impl : CommitHost {
     if (!base_in_use.empty() && tag == base_in_use) {
       return "checkpoint '" + tag + "' is the base of an incremental save in progress; wait for it first";
     }
-    return "";
+    return drainer ? drainer->pin_reason(tag) : "";
   }
 
   Status remove_now(const std::string& tag) {
@@ -242,6 +246,9 @@ struct CheckpointManager::Impl : CommitHost {
                                              std::optional<int64_t> keep_every,
                                              const std::string& keep_tag, bool verify = false,
                                              std::vector<std::string>* damaged_found = nullptr) {
+    // One retention at a time: the save thread, the drainer and the caller's prune() or
+    // remove() would otherwise race to remove the same checkpoint.
+    std::lock_guard retention_lock(retention_mu);
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
     if (verify && keep_last) {
       std::vector<std::string> found = checkpoint::demote_damaged(&scan, *keep_last, root, *engine);
@@ -305,9 +312,18 @@ struct CheckpointManager::Impl : CommitHost {
   // Serializes updates of <root>/latest: a save's commit and pointer update (SaveJob::pointer_mu)
   // and the repointing after a removal. Never held while taking mu.
   std::mutex pointer_mu;
+  // Serializes retention and removal (prune_now, remove()); taken before mu, never under it.
+  std::mutex retention_mu;
   std::thread worker;
   // How the commits this manager began reach it; cleared when the manager is destroyed.
   std::shared_ptr<CommitLink> commit_link = std::make_shared<CommitLink>();
+  // The save policy's clock: the last save_async (or open), and the last step should_save
+  // said yes to (under mu).
+  std::chrono::steady_clock::time_point last_save = std::chrono::steady_clock::now();
+  std::optional<int64_t> last_due_step;
+  // Tiers: the thread that copies committed checkpoints there (null without tiers). Last, so it
+  // stops before what its retention hook uses goes away.
+  std::unique_ptr<checkpoint::TierDrainer> drainer;
 };
 
 namespace {
@@ -354,6 +370,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   if (options.full_every == 0) {
     return Status(StatusCode::kInvalidArgument, "full_every must be at least 1 (1: every save is full)");
   }
+  FP_RETURN_IF_ERROR(checkpoint::check_tiers(root, options.tiers));
+  FP_RETURN_IF_ERROR(options.save_policy.validate());
   CheckpointOptions effective = options;
   effective.staging_window_bytes = options.effective_window_bytes();
   std::error_code mkdir_error;
@@ -382,6 +400,23 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   impl->find_base(scan);
   FP_RETURN_IF_ERROR(repair_latest_pointer(root, scan.committed, options.durable));
   Impl* raw = impl.get();
+  if (!effective.tiers.empty()) {
+    checkpoint::TierDrainer::Setup setup;
+    setup.local_root = root;
+    setup.tiers = effective.tiers;
+    setup.base = effective;
+    setup.pin_until_drained = effective.pin_until_drained;
+    setup.after_drain = [raw]() -> Status {
+      if (!raw->options.keep_last) return Status::ok();
+      auto removed = raw->prune_now(raw->options.keep_last, raw->options.keep_every, "");
+      if (removed.is_ok()) return Status::ok();
+      return Status(removed.status().code(),
+                    "removing old local checkpoints after a drain failed: " + removed.status().message(),
+                    removed.status().sys_errno())
+          .with_path(removed.status().path());
+    };
+    FP_ASSIGN_OR_RETURN(impl->drainer, checkpoint::TierDrainer::start(std::move(setup)));
+  }
   impl->worker = std::thread([raw] { raw->run(); });
   return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(impl)));
 }
@@ -418,7 +453,9 @@ Result<PendingSave> CheckpointManager::save_async(const std::string& tag, Checkp
                   "checkpoint '" + tag + "' already exists; choose another tag or remove it", EEXIST)
         .with_path(dir);
   }
+  m.last_save = std::chrono::steady_clock::now();
   auto state = std::make_shared<PendingSave::State>(tag);
+  if (m.drainer) state->tier_errors = m.drainer->take_new_errors();
   checkpoint::SaveJob job;
   job.root = m.root;
   job.tag = tag;
@@ -487,7 +524,7 @@ Status CheckpointManager::wait_snapshots() {
   return first;
 }
 
-Status CheckpointManager::close() {
+Status CheckpointManager::close(std::optional<double> drain_timeout_seconds) {
   Impl& m = *impl_;
   // One close at a time: concurrent closers would join the worker and release the root's lock
   // twice (a second join hangs or throws). Later closers find `closed` and only report.
@@ -497,6 +534,11 @@ Status CheckpointManager::close() {
     if (m.closed) return m.take_failure_locked();
   }
   Status st = wait_all();
+  if (m.drainer) {
+    Status drained = m.drainer->wait(drain_timeout_seconds);
+    m.drainer->stop();  // before the lock goes: its retention hook removes local checkpoints
+    if (st.is_ok()) st = drained;
+  }
   {
     std::lock_guard lock(m.mu);
     m.closed = true;
@@ -507,6 +549,57 @@ Status CheckpointManager::close() {
   m.root_lock.release();
   m.writer->release_staging();
   return st;
+}
+
+Result<bool> CheckpointManager::should_save(int64_t step) {
+  const SavePolicy& policy = impl_->options.save_policy;
+  if (policy.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "no save policy: open the manager with save_every_steps and/or save_every_seconds");
+  }
+  std::lock_guard lock(impl_->mu);
+  if (impl_->last_due_step == step) return false;
+  bool due = policy.every_steps && step % *policy.every_steps == 0;
+  if (!due && policy.every_seconds) {
+    double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->last_save).count();
+    due = since >= *policy.every_seconds;
+  }
+  if (due) impl_->last_due_step = step;
+  return due;
+}
+
+Status CheckpointManager::wait_drains(std::optional<double> timeout_seconds) {
+  if (!impl_->drainer) return Status::ok();
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+  }
+  return impl_->drainer->wait(timeout_seconds);
+}
+
+std::vector<TierState> CheckpointManager::tier_states() const {
+  return impl_->drainer ? impl_->drainer->states() : std::vector<TierState>{};  // no tiers
+}
+
+Result<std::vector<CheckpointPlace>> CheckpointManager::locations(std::vector<std::string>* unreachable) const {
+  std::vector<std::string> roots{impl_->root};
+  for (const TierOptions& t : impl_->options.tiers) roots.push_back(t.path);
+  std::vector<Result<std::vector<CheckpointInfo>>> listings;
+  for (const std::string& r : roots) listings.push_back(list_checkpoints(r));
+  FP_RETURN_IF_ERROR(listings.front().status());  // the local root must be readable
+  return checkpoint::merge_places(roots, listings, unreachable);
+}
+
+Result<uint64_t> CheckpointManager::pull(const std::string& tier_path, const std::string& tag) {
+  const auto& tiers = impl_->options.tiers;
+  if (std::none_of(tiers.begin(), tiers.end(), [&](const TierOptions& t) { return t.path == tier_path; })) {
+    return Status(StatusCode::kInvalidArgument, "'" + tier_path + "' is not one of this manager's tiers");
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+  }
+  return checkpoint::copy_with_bases(tier_path, tag, *impl_->engine, *this);
 }
 
 const std::string& CheckpointManager::root() const { return impl_->root; }
@@ -524,6 +617,12 @@ Status CheckpointManager::remove(const std::string& tag) {
     if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) {
       return Status(StatusCode::kBusy, busy);
     }
+  }
+  std::lock_guard retention_lock(impl_->retention_mu);
+  {
+    // Checked again under the retention lock: the drainer may have pinned it meanwhile.
+    std::lock_guard lock(impl_->mu);
+    if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) return Status(StatusCode::kBusy, busy);
   }
   FP_RETURN_IF_ERROR(impl_->refuse_removing_base(tag));
   return impl_->remove_now(tag);

@@ -9,7 +9,7 @@
 namespace fastpersist::checkpoint {
 
 Status stream_file(const std::string& path, uint64_t size, IoEngine& engine,
-                   const std::function<void(uint64_t, const std::byte*, size_t)>& consume,
+                   const std::function<Status(uint64_t, const std::byte*, size_t)>& consume,
                    size_t window_bytes) {
   if (size == 0) return Status::ok();
   std::array<PinnedBuffer, 2> windows;
@@ -53,7 +53,7 @@ Status stream_file(const std::string& path, uint64_t size, IoEngine& engine,
     }
     auto r = tickets[s].wait();
     if (first.is_ok() && !r.is_ok()) first = r.status();
-    if (first.is_ok()) consume(offsets[s], windows[s].data(), lengths[s]);
+    if (first.is_ok()) first = consume(offsets[s], windows[s].data(), lengths[s]);
     if (!more) break;
     slot = 1 - slot;
   }

@@ -14,9 +14,10 @@
 
 namespace fastpersist::checkpoint {
 
-// Calls `consume(file_offset, data, bytes)` for consecutive pieces covering [0, size).
+// Calls `consume(file_offset, data, bytes)` for consecutive pieces covering [0, size). The
+// first error of a read or of `consume` stops the stream and is returned.
 Status stream_file(const std::string& path, uint64_t size, IoEngine& engine,
-                   const std::function<void(uint64_t, const std::byte*, size_t)>& consume,
+                   const std::function<Status(uint64_t, const std::byte*, size_t)>& consume,
                    size_t window_bytes = size_t{32} << 20);
 
 }  // namespace fastpersist::checkpoint

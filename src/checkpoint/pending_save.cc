@@ -100,6 +100,11 @@ uint64_t PendingSave::referenced_bytes() const {
   return state_->referenced_bytes;
 }
 
+std::vector<Status> PendingSave::tier_errors() const {
+  std::lock_guard lock(state_->mu);
+  return state_->tier_errors;
+}
+
 uint64_t PendingSave::bytes() const {
   std::lock_guard lock(state_->mu);
   return state_->bytes;

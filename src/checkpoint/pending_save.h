@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "fastpersist/checkpoint.h"
 
@@ -36,6 +37,7 @@ struct PendingSave::State {
   double checksum_seconds = 0;
   std::string base_tag;           // incremental: the base this checkpoint references
   uint64_t referenced_bytes = 0;  // ... and the tensor bytes it takes from there
+  std::vector<Status> tier_errors;  // drain failures since the previous save (set at creation)
   Clock::time_point queued, started, snapshot_end, end;
 };
 

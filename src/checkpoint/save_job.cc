@@ -42,6 +42,10 @@ Manifest build_manifest(const SaveJob& job, ShardWriteResult data, uint64_t obje
   m.files.push_back(std::move(objects));
   m.fingerprint = manifest_fingerprint(m.tensors);
   m.created_unix = unix_now();
+  {
+    std::lock_guard lock(job.state->mu);  // the snapshot is over: its end is set
+    m.blocking_seconds = std::chrono::duration<double>(job.state->snapshot_end - job.state->queued).count();
+  }
   return m;
 }
 

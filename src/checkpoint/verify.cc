@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_read.h"
 #include "checkpoint/file_stream.h"
+#include "checkpoint/verify_file.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/manifest_index.h"
@@ -64,10 +65,10 @@ void check_header(const std::string& path, const ManifestFile& f, const Manifest
   }
 }
 
-// Streams one file, checksumming its leading bytes and each tensor's range.
+// Streams one file, checksumming its leading bytes and each tensor's range (with `checksums`)
+// and handing every byte to the sink (when there is one).
 Status check_data(const std::string& path, const ManifestFile& f, const Manifest& m,
-                  std::span<const size_t> tensors, IoEngine& engine, uint64_t* checked,
-                  const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total,
+                  std::span<const size_t> tensors, bool checksums, const checkpoint::FileCheck& io,
                   std::vector<std::string>& problems) {
   struct Range {
     uint64_t begin, end, expected;
@@ -80,8 +81,8 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
   constexpr size_t kLeadingBytes = SIZE_MAX;
   std::vector<Range> ranges;
   ranges.reserve(tensors.size() + 1);
-  ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes, nullptr, {}});
-  for (size_t i : tensors) {
+  if (checksums) ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes, nullptr, {}});
+  for (size_t i : (checksums ? tensors : std::span<const size_t>{})) {
     const ManifestTensor& t = m.tensors[i];
     // The checksum is of the raw bytes; only a supported encoding can give them back.
     if (!check_encoding_supported(t).is_ok()) continue;
@@ -107,7 +108,8 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
         });
   }
   size_t first_open = 0;
-  auto consume = [&](uint64_t off, const std::byte* data, size_t n) {
+  auto consume = [&](uint64_t off, const std::byte* data, size_t n) -> Status {
+    if (io.sink) FP_RETURN_IF_ERROR(io.sink(off, data, n));
     uint64_t end = off + n;
     for (size_t r = first_open; r < ranges.size() && ranges[r].begin < end; ++r) {
       uint64_t b = std::max(ranges[r].begin, off);
@@ -121,10 +123,11 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       }
     }
     while (first_open < ranges.size() && ranges[first_open].end <= end) ++first_open;
-    *checked += n;
-    if (progress) progress(*checked, total);
+    *io.checked += n;
+    if (io.progress) io.progress(*io.checked, io.total);
+    return Status::ok();
   };
-  FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, engine, consume));
+  FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, io.engine, consume));
   for (size_t r = 0; r < ranges.size(); ++r) {
     if (ranges[r].frames && ranges[r].damage.is_ok()) ranges[r].damage = ranges[r].frames->finish();
     if (!ranges[r].damage.is_ok()) {
@@ -145,6 +148,30 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
 }
 
 }  // namespace
+
+namespace checkpoint {
+
+Status check_checkpoint_file(const std::string& path, const Manifest& m, size_t file,
+                             std::span<const size_t> tensors, const FileCheck& io,
+                             std::vector<std::string>& problems) {
+  const ManifestFile& f = m.files[file];
+  auto size = file_size(path);
+  if (!size.is_ok()) {
+    problems.push_back(f.name + ": missing (" + describe(size.status()) + ")");
+    return Status::ok();
+  }
+  if (*size != f.size) {
+    problems.push_back(f.name + ": " + std::to_string(*size) + " bytes, the manifest says " +
+                       std::to_string(f.size) + " (truncated or replaced)");
+    return Status::ok();
+  }
+  if (f.role == "tensors") check_header(path, f, m, tensors, problems);
+  const bool checksums = m.checksum_algorithm != kNoChecksum;
+  if (!checksums && !io.sink) return Status::ok();
+  return check_data(path, f, m, tensors, checksums, io, problems);
+}
+
+}  // namespace checkpoint
 
 Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
                                        const std::function<void(uint64_t, uint64_t)>& progress) {
@@ -172,6 +199,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
   }
   uint64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.size;
+  checkpoint::FileCheck io{engine, nullptr, &report.bytes_checked, progress, total};
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     auto resolved = checkpoint::resolve_manifest_file(dir, f);
@@ -179,21 +207,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
       report.problems.push_back(f.name + ": " + describe(resolved.status()));
       continue;
     }
-    const std::string& path = *resolved;
-    auto size = checkpoint::file_size(path);
-    if (!size.is_ok()) {
-      report.problems.push_back(f.name + ": missing (" + describe(size.status()) + ")");
-      continue;
-    }
-    if (*size != f.size) {
-      report.problems.push_back(f.name + ": " + std::to_string(*size) + " bytes, the manifest says " +
-                                std::to_string(f.size) + " (truncated or replaced)");
-      continue;
-    }
-    if (f.role == "tensors") check_header(path, f, m, index.tensors_in(i), report.problems);
-    if (!report.has_checksums) continue;
-    Status st = check_data(path, f, m, index.tensors_in(i), engine, &report.bytes_checked,
-                           progress, total, report.problems);
+    Status st = checkpoint::check_checkpoint_file(*resolved, m, i, index.tensors_in(i), io, report.problems);
     if (!st.is_ok()) report.problems.push_back(f.name + ": cannot be read: " + st.to_string());
   }
   return report;

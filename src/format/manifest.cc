@@ -127,6 +127,7 @@ std::string encode_manifest(const Manifest& m) {
   // One top-level field, file or tensor per line: readable, and diffs of two manifests line up.
   std::string out = "{\n";
   for (const auto& [key, value] : head) out += "  " + dump(Json(key)) + ": " + dump(value) + ",\n";
+  if (m.blocking_seconds) out += "  \"blocking_seconds\": " + dump(Json(*m.blocking_seconds)) + ",\n";
   auto list = [&out](std::string_view key, const std::vector<Json>& items, bool last) {
     out += "  \"" + std::string(key) + "\": [";
     for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\n    " : "\n    ") + dump(items[i]);

@@ -4,6 +4,7 @@
 // fastpersist: anything else in it means damage or a foreign file. Format 1 and 2 share this
 // code; a v1 manifest simply lacks the v2 fields, which then take their v1 meaning.
 // Linear in the manifest's size: names are checked through hash maps, never by scans.
+#include <cmath>
 #include <limits>
 #include <string>
 #include <unordered_map>
@@ -93,6 +94,13 @@ Status decode_header(const Fields& top, Manifest* m) {
       return top.error("world_size", "is " + std::to_string(world) + ", not 1 to 2^32-1");
     }
     m->world_size = static_cast<uint32_t>(world);
+    if (top.has("blocking_seconds")) {
+      FP_ASSIGN_OR_RETURN(const Json* blocking, top.get("blocking_seconds"));
+      if (!blocking->is_number() || !std::isfinite(blocking->get<double>()) || blocking->get<double>() < 0) {
+        return top.error("blocking_seconds", "is not a finite number of seconds >= 0");
+      }
+      m->blocking_seconds = blocking->get<double>();
+    }
   }
   return Status::ok();
 }

@@ -33,6 +33,7 @@ class Fields {
     return Status(StatusCode::kDataLoss, "manifest field '" + name(key) + "' " + problem)
         .with_path(path_);
   }
+  bool has(std::string_view key) const { return object_.find(std::string(key)) != object_.end(); }
   Result<const ManifestJson*> get(std::string_view key) const {
     auto it = object_.find(std::string(key));
     if (it == object_.end()) return error(key, "is missing");

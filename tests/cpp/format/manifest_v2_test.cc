@@ -118,6 +118,22 @@ TEST(ManifestV2Test, OptionalFieldsAreWrittenOnlyWhenSet) {
   EXPECT_NE(json.find("\n  \"world_size\": 4,\n"), std::string::npos) << json;
 }
 
+TEST(ManifestV2Test, BlockingSecondsIsOptionalAndChecked) {
+  Manifest m = distributed();
+  EXPECT_EQ(encode_manifest(m).find("blocking_seconds"), std::string::npos);
+  FP_ASSERT_OK_AND_ASSIGN(Manifest none, decode_manifest(encode_manifest(m), kPath));
+  EXPECT_EQ(none.blocking_seconds, std::nullopt);
+  m.blocking_seconds = 0.375;
+  FP_ASSERT_OK_AND_ASSIGN(Manifest back, decode_manifest(encode_manifest(m), kPath));
+  EXPECT_EQ(back.blocking_seconds, 0.375);
+  for (const char* bad : {"-1", "\"3\"", "null", "true"}) {
+    auto r = decode_manifest(replaced(m, "\"blocking_seconds\": 0.375", std::string("\"blocking_seconds\": ") + bad),
+                             kPath);
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_NE(r.status().message().find("'blocking_seconds'"), std::string::npos) << r.status().to_string();
+  }
+}
+
 TEST(ManifestV2Test, EncodeWritesTheCurrentVersionWhateverTheFieldSays) {
   Manifest m = distributed();
   m.format_version = 1;  // e.g. decoded from a v1 manifest

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Tiers: more places each committed checkpoint lives (docs/tiers.md).
+
+::
+
+    mgr = fastpersist.CheckpointManager(
+        "/mnt/nvme/run1", keep_last=2,
+        tiers=[fastpersist.Tier("/mnt/hdd/run1", keep_last=20, keep_every=10_000)])
+
+A save commits locally at full speed; a C++ thread then copies each committed checkpoint a tier
+selects into that tier (direct reads, every checksum checked on the way, committed there with
+the manifest last). These are the plain values the façade hands to C++: the drain, its policy,
+its pins and its retries are all in C++ (src/checkpoint/tier_*.cc).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from . import _core
+from ._engine_options import check_uint
+from ._system import parse_size
+
+PathLike = Union[str, "os.PathLike[str]"]
+Size = Union[int, str]
+_INT64_MAX = (1 << 63) - 1
+
+
+class TierWarning(UserWarning):
+    """A drain into a tier failed. Local saves go on; the drain is retried."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    """Where committed checkpoints are copied after the local save.
+
+    Args:
+        path: a directory, usually on another filesystem (an HDD, NFS, a parallel
+            filesystem); created if needed. It is a checkpoint root of its own: every
+            fastpersist reader and command works on it.
+        keep_last, keep_every: the tier's own retention (as CheckpointManager's).
+        every: send only checkpoints whose step is a multiple of `every` (None: all).
+        bandwidth: a cap on the drain, bytes per second or a size string ("200MiB").
+    """
+
+    path: PathLike
+    keep_last: Optional[int] = None
+    keep_every: Optional[int] = None
+    every: Optional[int] = None
+    bandwidth: Optional[Size] = None
+
+    def _options(self) -> Any:
+        path = os.fspath(self.path)
+        if not isinstance(path, str):
+            raise TypeError(f"fastpersist: a tier path must be a str or os.PathLike, got {path!r}")
+        if "://" in path:
+            raise ValueError(f"fastpersist: tier {path!r}: only directory tiers are supported "
+                             "(object-store tiers are not built yet); mount the store or pass a "
+                             "directory")
+        o = _core.TierOptions()
+        o.path = path
+        if self.keep_last is not None:
+            o.keep_last = check_uint("keep_last", self.keep_last, (1 << 32) - 1)
+        for name in ("keep_every", "every"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(o, name, check_uint(name, value, _INT64_MAX))
+        if self.bandwidth is not None:
+            o.bandwidth_bytes_per_second = parse_size(self.bandwidth)
+        o.validate()  # C++ says what is wrong (keep_last 0, every 0, ...)
+        return o
+
+
+def tier_options(tiers: Optional[Sequence[Tier]]) -> List[Any]:
+    """``_core.TierOptions`` for each of `tiers` (a list of Tier)."""
+    if tiers is None:
+        return []
+    if isinstance(tiers, (Tier, str, os.PathLike)):
+        raise TypeError("fastpersist: tiers= takes a list of fastpersist.Tier")
+    out = []
+    for t in tiers:
+        if not isinstance(t, Tier):
+            raise TypeError(f"fastpersist: tiers= takes fastpersist.Tier objects, got {type(t).__name__}")
+        out.append(t._options())
+    return out
+
+
+@dataclass(frozen=True)
+class TierStatus:
+    """Where one tier stands (``CheckpointManager.tier_status()``)."""
+
+    path: str
+    draining: str                 # the tag being copied now ("" when idle)
+    waiting: Tuple[str, ...]      # selected, not yet there, oldest first
+    last_drained: str
+    checkpoints_drained: int      # since the manager opened
+    bytes_drained: int
+    seconds_draining: float
+    last_error: str               # of the latest attempt ("" when it succeeded)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "waiting", tuple(self.waiting))
+
+
+@dataclass(frozen=True)
+class CheckpointLocation:
+    """A committed checkpoint and every root that holds it, the local root first."""
+
+    tag: str
+    step: Optional[int]
+    created_unix: float
+    roots: Tuple[str, ...]
+    local: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roots", tuple(self.roots))

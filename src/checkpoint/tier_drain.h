@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Draining committed checkpoints into tiers (tier.h; private to src/checkpoint): which
+// checkpoints a tier should receive, one pass over a tier, and the background thread a
+// CheckpointManager with tiers runs.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/tier_copy.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/tier.h"
+
+namespace fastpersist::checkpoint {
+
+// The tags of `local` (committed, oldest first) that a tier holding `tier` should receive now,
+// oldest first: those `options.every` selects, newer than everything in the tier (what the
+// tier's retention already removed is not sent again) and not there, less those the tier's
+// retention would remove at once; plus the base of each incremental one the tier lacks, before
+// it.
+std::vector<std::string> plan_drain(const std::vector<CheckpointInfo>& local,
+                                    const std::vector<CheckpointInfo>& tier, const TierOptions& options);
+
+// Each tier valid (TierOptions::validate) and none of `root` and the tiers the same directory as
+// another or inside another (kInvalidArgument naming both).
+Status check_tiers(const std::string& root, const std::vector<TierOptions>& tiers);
+
+// Opens the manager of a tier: its root lock (kBusy when another process holds it), its
+// retention, and the debris of a drain that died removed. A drainer holds it for one pass. `base` gives the engine and
+// durability.
+Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier, const CheckpointOptions& base);
+
+// What one pass over one tier did (drain_tier).
+struct TierPass {
+  std::vector<std::string> drained;  // oldest first
+  std::vector<std::string> gone;     // planned, removed locally before their turn (not errors)
+  std::vector<Status> failures;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Hooks of a pass: when a copy starts and ends (the drainer's pins), and the pacing.
+struct TierPassHooks {
+  std::function<void(const std::string& tag)> begin;
+  std::function<void(const std::string& tag, const Status& outcome)> end;
+  CopyPacer pacer;
+};
+
+// Copies `plan` (plan_drain's, oldest first) from `local_root` into `tier`. One failure does
+// not stop the others, except that a checkpoint whose base failed is not tried.
+TierPass drain_tier(const std::string& local_root, const std::vector<std::string>& plan,
+                    const std::vector<CheckpointInfo>& local, IoEngine& read_engine,
+                    CheckpointManager& tier, const TierPassHooks& hooks);
+
+// The background drainer of one CheckpointManager (thread-safe).
+class TierDrainer {
+ public:
+  struct Setup {
+    std::string local_root;
+    std::vector<TierOptions> tiers;
+    CheckpointOptions base;            // engine and durability of the tiers' managers
+    bool pin_until_drained = true;
+    std::function<Status()> after_drain;  // local retention, once pins were released
+  };
+  static Result<std::unique_ptr<TierDrainer>> start(Setup setup);
+  ~TierDrainer();  // stop()
+  TierDrainer(const TierDrainer&) = delete;
+  TierDrainer& operator=(const TierDrainer&) = delete;
+
+  // A checkpoint was committed locally: pinned (when pin_until_drained) and a pass is due.
+  void committed(const std::string& tag);
+  // Why local retention must leave `tag` alone now ("" when it need not).
+  std::string pin_reason(const std::string& tag) const;
+  // Failures since the last call (at most 32; a note says how many more).
+  std::vector<Status> take_new_errors();
+  // A pass that starts after this call has ended: OK when it left nothing undrained, else its
+  // failures; kBusy when `timeout_seconds` passed first.
+  Status wait(std::optional<double> timeout_seconds);
+  // Stops the thread; a copy in flight is cancelled (its temporary directory stays in the
+  // tier until the next drainer removes it). Idempotent.
+  void stop();
+  std::vector<TierState> states() const;
+
+ private:
+  explicit TierDrainer(Setup setup);
+  void run();
+  void pass();
+
+  struct Tier {
+    TierOptions options;
+    std::unique_ptr<CheckpointManager> manager;  // the drain thread's
+    std::vector<CheckpointInfo> listing;         // the drain thread's: as last seen
+    TierState state;                             // under mu_
+  };
+  const Setup setup_;
+  std::unique_ptr<IoEngine> read_engine_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Tier> tiers_;
+  std::set<std::string> fresh_;      // committed since the current pass scanned the root
+  std::vector<Status> new_errors_;
+  size_t dropped_errors_ = 0;
+  std::vector<Status> pass_failures_;  // of the last completed pass
+  uint64_t requested_ = 0, started_ = 0, completed_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> retry_at_;
+  double backoff_seconds_ = 1;
+  bool stopping_ = false;
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+};
+
+}  // namespace fastpersist::checkpoint
+
+namespace fastpersist::checkpoint {
+
+// The checkpoints of several roots merged (CheckpointManager::locations()): `roots[0]` is the
+// local root; a root whose listing failed is skipped and named in `unreachable`.
+std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
+                                          const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
+                                          std::vector<std::string>* unreachable);
+
+// Copies `tag` from `source_root` into `destination`, first the checkpoints it references that
+// the destination lacks (CheckpointManager::pull()). Returns the bytes copied.
+Result<uint64_t> copy_with_bases(const std::string& source_root, const std::string& tag, IoEngine& read_engine,
+                                 CheckpointManager& destination);
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where checkpoints live across a root and its tiers, and pulling one back.
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/root_scan.h"
+#include "checkpoint/tier_drain.h"
+#include "fastpersist/checkpoint_reader.h"
+
+namespace fastpersist::checkpoint {
+
+std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
+                                          const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
+                                          std::vector<std::string>* unreachable) {
+  std::vector<CheckpointPlace> places;
+  std::map<std::pair<std::string, double>, size_t> index;  // (tag, created) -> places[i]
+  for (size_t r = 0; r < roots.size(); ++r) {
+    if (!listings[r].is_ok()) {
+      if (unreachable != nullptr) unreachable->push_back(roots[r] + ": " + listings[r].status().to_string());
+      continue;
+    }
+    for (const CheckpointInfo& c : *listings[r]) {
+      auto [it, added] = index.emplace(std::make_pair(c.tag, c.created_unix), places.size());
+      if (added) places.push_back(CheckpointPlace{c, {}, r == 0});
+      places[it->second].roots.push_back(roots[r]);
+    }
+  }
+  std::stable_sort(places.begin(), places.end(), [](const CheckpointPlace& a, const CheckpointPlace& b) {
+    return a.info.created_unix < b.info.created_unix;
+  });
+  return places;
+}
+
+Result<uint64_t> copy_with_bases(const std::string& source_root, const std::string& tag, IoEngine& read_engine,
+                                 CheckpointManager& destination) {
+  FP_RETURN_IF_ERROR(validate_tag(tag));
+  FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(join_path(source_root, tag)));
+  uint64_t bytes = 0;
+  for (const std::string& base : referenced_tags(m)) {
+    FP_ASSIGN_OR_RETURN(CopyResult b, copy_checkpoint(source_root, base, read_engine, destination));
+    bytes += b.bytes;
+  }
+  FP_ASSIGN_OR_RETURN(CopyResult c, copy_checkpoint(source_root, tag, read_engine, destination));
+  return bytes + c.bytes;
+}
+
+}  // namespace fastpersist::checkpoint

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// `fastpersist drain ROOT TIER [--keep-last N] [--keep-every K] [--every N] [--bandwidth SIZE]`:
+// one pass of what a CheckpointManager with a tier does in the background (docs/tiers.md):
+// every committed checkpoint of ROOT that the tier's policy selects and the tier lacks is
+// copied there, verified on the way, and committed there with the manifest last; then the
+// tier's retention runs. Reads ROOT without its lock (a running job may keep saving there);
+// takes TIER's lock while it copies. --dry-run prints the plan and changes nothing.
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/tier_drain.h"
+#include "checkpoint_paths.h"
+#include "command.h"
+#include "format.h"
+#include "number_checks.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/options.h"
+
+namespace fastpersist::cli {
+namespace {
+
+constexpr const char* kCommand = "drain";
+
+struct Args {
+  std::string root;
+  std::string tier;
+  std::optional<unsigned> keep_last;
+  std::optional<int64_t> keep_every;
+  std::optional<int64_t> every;
+  std::string bandwidth;
+  bool dry_run = false;
+  bool json = false;
+};
+
+int report(const Args& a, const std::vector<std::string>& plan, const checkpoint::TierPass& pass) {
+  std::vector<std::string> failures;
+  for (const Status& st : pass.failures) failures.push_back(st.to_string());
+  if (a.json) {
+    nlohmann::ordered_json j = {{"root", a.root},         {"tier", a.tier},         {"dry_run", a.dry_run},
+                                {"planned", plan},        {"drained", pass.drained}, {"gone", pass.gone},
+                                {"failures", failures},   {"bytes", pass.bytes},     {"seconds", pass.seconds}};
+    std::cout << json_text(j) << "\n";
+  } else if (a.dry_run) {
+    for (const std::string& tag : plan) std::cout << "would drain " << tag << "\n";
+    std::cout << (plan.empty() ? "nothing to drain" : std::to_string(plan.size()) + " to drain")
+              << " into " << a.tier << "\nnothing was changed (dry run)\n";
+  } else {
+    for (const std::string& tag : pass.drained) std::cout << "drained " << tag << "\n";
+    for (const std::string& tag : pass.gone) std::cout << "skipped " << tag << ": removed from " << a.root << " meanwhile\n";
+    for (const std::string& f : failures) std::cerr << "fastpersist drain: error: " << f << "\n";
+    double rate = pass.seconds > 0 ? static_cast<double>(pass.bytes) / pass.seconds : 0;
+    std::cout << pass.drained.size() << " drained into " << a.tier << " (" << format_bytes(pass.bytes);
+    if (rate > 0) std::cout << ", " << format_bytes(static_cast<uint64_t>(rate)) << "/s";
+    std::cout << ")" << (failures.empty() ? "" : ", " + std::to_string(failures.size()) + " failed") << "\n";
+  }
+  std::cout.flush();
+  return failures.empty() ? kExitOk : kExitFailure;
+}
+
+int run(const Args& a) {
+  PathInfo p = classify_path(a.root);
+  if (p.kind != PathKind::kRoot) return fail(kCommand, wrong_kind(p, "a checkpoint root"), kExitUsage);
+  TierOptions tier;
+  tier.path = a.tier;
+  tier.keep_last = a.keep_last;
+  tier.keep_every = a.keep_every;
+  tier.every = a.every;
+  if (!a.bandwidth.empty()) {
+    auto cap = parse_size(a.bandwidth);
+    if (!cap.is_ok()) return fail(kCommand, "invalid --bandwidth: " + cap.status().message(), kExitUsage);
+    tier.bandwidth_bytes_per_second = *cap;
+  }
+  CheckpointOptions base;
+  auto engine_options = engine_options_from_env();
+  if (!engine_options.is_ok()) return fail(kCommand, engine_options.status().to_string(), kExitUsage);
+  base.engine = *engine_options;
+  base.tiers = {tier};
+  if (Status st = checkpoint::check_tiers(a.root, {tier}); !st.is_ok()) {
+    return fail(kCommand, st.message(), kExitUsage);
+  }
+  auto local = list_checkpoints(a.root);
+  if (!local.is_ok()) return fail(kCommand, local.status().to_string(), kExitFailure);
+
+  if (a.dry_run) {
+    PathInfo t = classify_path(a.tier);
+    std::vector<CheckpointInfo> present;
+    if (t.kind == PathKind::kRoot) {
+      auto listed = list_checkpoints(a.tier);
+      if (!listed.is_ok()) return fail(kCommand, listed.status().to_string(), kExitFailure);
+      present = std::move(listed).value();
+    } else if (t.kind != PathKind::kMissing) {
+      return fail(kCommand, wrong_kind(t, "a checkpoint root (or a path to create one at)"), kExitUsage);
+    }
+    return report(a, checkpoint::plan_drain(*local, present, tier), {});
+  }
+  auto manager = checkpoint::open_tier(tier, base);
+  if (!manager.is_ok()) {
+    const Status& st = manager.status();
+    return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(), kExitFailure);
+  }
+  auto present = (*manager)->list();
+  if (!present.is_ok()) return fail(kCommand, present.status().to_string(), kExitFailure);
+  std::vector<std::string> plan = checkpoint::plan_drain(*local, *present, tier);
+  auto engine = IoEngine::create(base.engine);
+  if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
+  checkpoint::TierPassHooks hooks;
+  hooks.pacer = checkpoint::make_pacer(tier.bandwidth_bytes_per_second);
+  if (!a.json) {
+    hooks.begin = [](const std::string& tag) { std::cerr << "draining " << tag << " ...\n"; };
+  }
+  checkpoint::TierPass pass = checkpoint::drain_tier(a.root, plan, *local, **engine, **manager, hooks);
+  if (Status st = (*manager)->close(); !st.is_ok()) pass.failures.push_back(st);
+  return report(a, plan, pass);
+}
+
+}  // namespace
+
+Command add_drain_command(CLI::App& parent) {
+  auto args = std::make_shared<Args>();
+  CLI::App* app = parent.add_subcommand(
+      "drain",
+      "Copy the committed checkpoints of a root into a tier (another root, e.g. on another "
+      "filesystem) that lacks them, verified on the way; then apply the tier's retention");
+  app->add_option("ROOT", args->root, "Checkpoint root to copy from")->required();
+  app->add_option("TIER", args->tier, "The tier: a checkpoint root (created if needed)")->required();
+  app->add_option("--keep-last", args->keep_last, "The tier keeps its newest N checkpoints")
+      ->check(integer_in(1, int64_t{1} << 30));
+  app->add_option("--keep-every", args->keep_every,
+                  "The tier also keeps every checkpoint whose step is a multiple of K")
+      ->check(integer_in(1, INT64_MAX));
+  app->add_option("--every", args->every, "Copy only checkpoints whose step is a multiple of N")
+      ->check(integer_in(1, INT64_MAX));
+  app->add_option("--bandwidth", args->bandwidth, "Cap the copy at this many bytes per second (e.g. 200MiB)");
+  app->add_flag("--dry-run", args->dry_run, "Only print what would be copied");
+  app->add_flag("--json", args->json, "Print one JSON object instead of text");
+  return {app, [args] { return run(*args); }};
+}
+
+}  // namespace fastpersist::cli
