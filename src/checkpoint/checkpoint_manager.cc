@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <condition_variable>
@@ -321,6 +322,9 @@ struct CheckpointManager::Impl : CommitHost {
   // said yes to (under mu).
   std::chrono::steady_clock::time_point last_save = std::chrono::steady_clock::now();
   std::optional<int64_t> last_due_step;
+  // Saves whose snapshot is not over (PendingSave::State::snapshots_running): the caller is
+  // blocked on them, so the drainer pauses its copying meanwhile.
+  std::atomic<int> snapshots_running{0};
   // Tiers: the thread that copies committed checkpoints there (null without tiers). Last, so it
   // stops before what its retention hook uses goes away.
   std::unique_ptr<checkpoint::TierDrainer> drainer;
@@ -360,6 +364,29 @@ std::string latest_pointer_tag(const std::string& root) {
   return tag;
 }
 
+// mkdir -p of the root. When durable, each directory created is made durable in its parent
+// (fsync of the parent), so that a power cut after the first acknowledged save cannot take the
+// whole new root with it (the power-loss test of a tier, a root created by its drain, found it).
+Status create_root(const std::string& root, bool durable) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  for (fs::path p = fs::absolute(root, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  std::error_code mkdir_error;
+  fs::create_directories(root, mkdir_error);  // parents too, like `mkdir -p`
+  if (mkdir_error) {
+    return Status::from_errno(mkdir_error.value(), "cannot create the checkpoint root").with_path(root);
+  }
+  if (!durable) return Status::ok();
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    FP_RETURN_IF_ERROR(checkpoint::fsync_dir(it->parent_path().string()));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::string& root,
@@ -374,11 +401,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   FP_RETURN_IF_ERROR(options.save_policy.validate());
   CheckpointOptions effective = options;
   effective.staging_window_bytes = options.effective_window_bytes();
-  std::error_code mkdir_error;
-  std::filesystem::create_directories(root, mkdir_error);  // parents too, like `mkdir -p`
-  if (mkdir_error) {
-    return Status::from_errno(mkdir_error.value(), "cannot create the checkpoint root").with_path(root);
-  }
+  FP_RETURN_IF_ERROR(create_root(root, options.durable));
   struct stat st {};
   if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status(StatusCode::kInvalidArgument, "checkpoint root is not a directory").with_path(root);
@@ -406,6 +429,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
     setup.tiers = effective.tiers;
     setup.base = effective;
     setup.pin_until_drained = effective.pin_until_drained;
+    setup.pause = [raw] { return raw->snapshots_running.load() > 0; };
     setup.after_drain = [raw]() -> Status {
       if (!raw->options.keep_last) return Status::ok();
       auto removed = raw->prune_now(raw->options.keep_last, raw->options.keep_every, "");
@@ -455,6 +479,8 @@ Result<PendingSave> CheckpointManager::save_async(const std::string& tag, Checkp
   }
   m.last_save = std::chrono::steady_clock::now();
   auto state = std::make_shared<PendingSave::State>(tag);
+  state->snapshots_running = &m.snapshots_running;
+  m.snapshots_running.fetch_add(1);  // until its snapshot ends: drains pause meanwhile
   if (m.drainer) state->tier_errors = m.drainer->take_new_errors();
   checkpoint::SaveJob job;
   job.root = m.root;

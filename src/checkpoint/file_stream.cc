@@ -10,7 +10,7 @@ namespace fastpersist::checkpoint {
 
 Status stream_file(const std::string& path, uint64_t size, IoEngine& engine,
                    const std::function<Status(uint64_t, const std::byte*, size_t)>& consume,
-                   size_t window_bytes) {
+                   size_t window_bytes, const std::function<Status()>& before_read) {
   if (size == 0) return Status::ok();
   std::array<PinnedBuffer, 2> windows;
   for (auto& w : windows) {
@@ -20,6 +20,7 @@ Status stream_file(const std::string& path, uint64_t size, IoEngine& engine,
   std::array<uint64_t, 2> offsets{};
   std::array<size_t, 2> lengths{};
   auto submit = [&](int slot, uint64_t offset) -> Status {
+    if (before_read) FP_RETURN_IF_ERROR(before_read());
     size_t n = static_cast<size_t>(std::min<uint64_t>(window_bytes, size - offset));
     IoRequest req;
     req.kind = IoKind::kRead;

@@ -13,6 +13,7 @@ void PendingSave::State::mark_snapshot_done() {
   if (snapshot_done) return;
   snapshot_done = true;
   snapshot_end = Clock::now();
+  if (snapshots_running != nullptr) snapshots_running->fetch_sub(1);
   cv.notify_all();
 }
 
@@ -21,6 +22,7 @@ void PendingSave::State::finish(Status outcome, uint64_t bytes_written, Status r
   if (!snapshot_done) {
     snapshot_done = true;
     snapshot_end = Clock::now();
+    if (snapshots_running != nullptr) snapshots_running->fetch_sub(1);
   }
   if (started == Clock::time_point{}) started = snapshot_end;
   done = true;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -38,6 +39,8 @@ struct PendingSave::State {
   std::string base_tag;           // incremental: the base this checkpoint references
   uint64_t referenced_bytes = 0;  // ... and the tensor bytes it takes from there
   std::vector<Status> tier_errors;  // drain failures since the previous save (set at creation)
+  // Counts the saves whose snapshot is not over (the manager's; decremented once, when it ends).
+  std::atomic<int>* snapshots_running = nullptr;
   Clock::time_point queued, started, snapshot_end, end;
 };
 

@@ -21,6 +21,8 @@
 namespace fastpersist::checkpoint {
 namespace {
 
+constexpr size_t kCopyWindowBytes = size_t{8} << 20;
+
 Status sync_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return Status::from_errno(errno, "cannot open the copied file to sync it").with_path(path);
@@ -53,9 +55,13 @@ Status copy_file_checked(const std::string& from, const std::string& to, const M
                          bool durable, const CopyPacer& pacer, uint64_t* copied) {
   FP_RETURN_IF_ERROR(write_new_file(to, "", /*durable=*/false));
   uint64_t checked = 0;
-  FileCheck io{read_engine, nullptr, &checked, nullptr, 0};
+  // Small windows: a local snapshot that pauses the copy waits for at most one window's read
+  // and one window's write still in flight (the window size does not change the copy's speed).
+  FileCheck io{read_engine, nullptr, &checked, nullptr, 0, kCopyWindowBytes, nullptr};
+  // Paced before each read, not each write: a paused copy then has nothing left in flight
+  // but the one window already read and the write of the one before.
+  if (pacer) io.before_read = [&] { return pacer(*copied); };
   io.sink = [&](uint64_t offset, const std::byte* data, size_t n) -> Status {
-    if (pacer) FP_RETURN_IF_ERROR(pacer(*copied));
     IoRequest req;
     req.kind = IoKind::kWrite;
     req.buffer = const_cast<std::byte*>(data);  // a write only reads it
@@ -78,15 +84,19 @@ Status copy_file_checked(const std::string& from, const std::string& to, const M
 
 }  // namespace
 
-CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel) {
+CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel, std::function<bool()> pause) {
   using Clock = std::chrono::steady_clock;
   auto began = std::make_shared<Clock::time_point>();
-  return [bytes_per_second, cancel, began](uint64_t copied) -> Status {
+  return [bytes_per_second, cancel, began, pause = std::move(pause)](uint64_t copied) -> Status {
     if (copied == 0) *began = Clock::now();
     for (;;) {
       if (cancel != nullptr && cancel->load()) {
         return Status(StatusCode::kBusy,
                       "the copy was stopped (its manager is closing); the next drain copies it again");
+      }
+      if (pause && pause()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
       }
       if (bytes_per_second == 0) return Status::ok();
       double elapsed = std::chrono::duration<double>(Clock::now() - *began).count();

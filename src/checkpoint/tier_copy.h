@@ -14,13 +14,15 @@
 
 namespace fastpersist::checkpoint {
 
-// Called before each piece is written with the bytes copied so far (all files): an error stops
-// the copy (cancellation); it may sleep (a bandwidth cap).
+// Called before each piece is read with the bytes copied so far (all files of the checkpoint):
+// an error stops the copy (cancellation); it may sleep (a bandwidth cap, a pause).
 using CopyPacer = std::function<Status(uint64_t copied_bytes)>;
 
 // A pacer that keeps one copy at most `bytes_per_second` (0: no cap; its clock starts at the
-// first piece of each checkpoint) and stops it with kBusy once `*cancel` is set (optional).
-CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel = nullptr);
+// first piece of each checkpoint), waits while `pause()` is true (optional), and stops it with
+// kBusy once `*cancel` is set (optional).
+CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel = nullptr,
+                     std::function<bool()> pause = {});
 
 struct CopyResult {
   bool copied = false;  // false: `destination` already had the tag (nothing was done)

@@ -327,7 +327,7 @@ void TierDrainer::pass() {
         w.erase(std::remove(w.begin(), w.end(), tag), w.end());
       }
     };
-    hooks.pacer = make_pacer(tier.options.bandwidth_bytes_per_second, &cancel_);
+    hooks.pacer = make_pacer(tier.options.bandwidth_bytes_per_second, &cancel_, setup_.pause);
     TierPass result = drain_tier(setup_.local_root, *plans[i], *scanned, *read_engine_, *tier.manager, hooks);
     {
       std::lock_guard lock(mu_);

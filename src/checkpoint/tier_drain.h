@@ -71,6 +71,9 @@ class TierDrainer {
     CheckpointOptions base;            // engine and durability of the tiers' managers
     bool pin_until_drained = true;
     std::function<Status()> after_drain;  // local retention, once pins were released
+    // True while a local save is taking its snapshot (its caller is blocked): copying pauses
+    // between pieces, so the drain does not lengthen what save_async blocks.
+    std::function<bool()> pause;
   };
   static Result<std::unique_ptr<TierDrainer>> start(Setup setup);
   ~TierDrainer();  // stop()

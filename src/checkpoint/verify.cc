@@ -127,7 +127,7 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
     if (io.progress) io.progress(*io.checked, io.total);
     return Status::ok();
   };
-  FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, io.engine, consume));
+  FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, io.engine, consume, io.window_bytes, io.before_read));
   for (size_t r = 0; r < ranges.size(); ++r) {
     if (ranges[r].frames && ranges[r].damage.is_ok()) ranges[r].damage = ranges[r].frames->finish();
     if (!ranges[r].damage.is_ok()) {
@@ -199,7 +199,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
   }
   uint64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.size;
-  checkpoint::FileCheck io{engine, nullptr, &report.bytes_checked, progress, total};
+  checkpoint::FileCheck io{engine, nullptr, &report.bytes_checked, progress, total, size_t{32} << 20, nullptr};
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     auto resolved = checkpoint::resolve_manifest_file(dir, f);

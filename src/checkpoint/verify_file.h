@@ -27,6 +27,8 @@ struct FileCheck {
   uint64_t* checked;           // bytes read so far, all files together (updated)
   std::function<void(uint64_t, uint64_t)> progress;  // optional: (checked, total)
   uint64_t total = 0;
+  size_t window_bytes = size_t{32} << 20;  // each of the two read windows in flight
+  std::function<Status()> before_read;     // optional: runs before each read is submitted
 };
 
 // Checks m.files[file], stored at `path` (resolved by the caller), whose tensors are `tensors`

@@ -82,7 +82,22 @@ def manager_incremental(root: str, durable: bool) -> None:
     manager(root, durable, incremental=True)
 
 
-SCENARIOS = {"manager": manager, "manager-zstd": manager_zstd, "manager-incremental": manager_incremental, "writer": writer, "dcp": dcp}
+def manager_tier(root: str, durable: bool) -> None:
+    """Saves into ROOT/local drained into the tier ROOT/tier; after each save, ``wait()``
+    returns once the tier has it: marked ``drained <tag> <step>``."""
+    mgr = fastpersist.CheckpointManager(os.path.join(root, "local"), keep_last=KEEP_LAST, durable=durable,
+                                        tiers=[fastpersist.Tier(os.path.join(root, "tier"),
+                                                                keep_last=KEEP_LAST)])
+    for step in STEPS:
+        tag = mgr.save(step, make_state(step))
+        mark(f"ack {tag} {step}")
+        mgr.wait()
+        mark(f"drained {tag} {step}")
+    mgr.close()
+
+
+SCENARIOS = {"manager": manager, "manager-zstd": manager_zstd, "manager-incremental": manager_incremental,
+             "manager-tier": manager_tier, "writer": writer, "dcp": dcp}
 
 if __name__ == "__main__":
     scenario, root = sys.argv[1], sys.argv[2]

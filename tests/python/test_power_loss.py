@@ -43,10 +43,10 @@ def shim(tmp_path_factory) -> Path:
         pytest.skip(f"power-loss recorder unavailable: {exc}")
 
 
-def _acks(marks: List[str]) -> List[Tuple[str, int]]:
+def _acks(marks: List[str], prefix: str = "ack ") -> List[Tuple[str, int]]:
     out = []
     for m in marks:
-        if m.startswith("ack "):
+        if m.startswith(prefix):
             _, what, step = m.split()
             out.append((what, int(step)))
     return out
@@ -94,9 +94,10 @@ def check_writer_file(root: Path, acks: List[Tuple[str, int]]) -> None:
     assert_state_equal(loaded, child.small_state(step), child.WRITER_FILE)
 
 
-def explore(shim: Path, tmp_path: Path, scenario: str, check: Callable[[Path, List[Tuple[str, int]]], None],
-            durable: bool = True) -> Dict[str, object]:
-    """Records the scenario, then checks every distinct crash state; returns the tally."""
+def explore(shim: Path, tmp_path: Path, scenario: str, check: Callable[..., None],
+            durable: bool = True, with_drains: bool = False) -> Dict[str, object]:
+    """Records the scenario, then checks every distinct crash state; returns the tally.
+    `check(root, acks)`, or with `with_drains` `check(root, acks, drained)`."""
     root = tmp_path / "root"
     root.mkdir()
     args = [CHILD, scenario, str(root)] + ([] if durable else ["not-durable"])
@@ -108,9 +109,13 @@ def explore(shim: Path, tmp_path: Path, scenario: str, check: Callable[[Path, Li
     for i, (seq, variant, state) in enumerate(rec.crash_states()):
         where = tmp_path / f"state-{i}"
         _crashsim.materialize(state, where)
-        acks = _acks(rec.marks(seq))
+        marks = rec.marks(seq)
+        acks = _acks(marks)
         try:
-            check(where, acks)
+            if with_drains:
+                check(where, acks, _acks(marks, "drained "))
+            else:
+                check(where, acks)
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its cut
             tally["failures"].append(f"cut after event {seq} ({rec.events[seq].kind} "
                                      f"{rec.events[seq].a}), {variant}: {type(exc).__name__}: {exc}")
@@ -155,6 +160,19 @@ def test_incremental_manager_saves_survive_power_loss_at_every_point(shim, tmp_p
     # The crash states did hold checkpoints that reference their base (with full_every 3 and
     # keep_last 2, the base outlives the newest two whenever they reference it).
     assert incremental_states, "no crash state held an incremental checkpoint"
+
+
+def test_tier_drains_survive_power_loss_at_every_point(shim, tmp_path):
+    def check(root: Path, acks: List[Tuple[str, int]], drained: List[Tuple[str, int]]) -> None:
+        # The local root as after any save; the tier holds every drain acknowledged before the
+        # cut (its own keep_last aside), and each checkpoint it lists verifies and loads.
+        check_manager_root(root / "local", acks, child.make_state, child.KEEP_LAST)
+        if (root / "tier").is_dir():
+            check_manager_root(root / "tier", drained, child.make_state, child.KEEP_LAST)
+        else:
+            assert not drained, "a drain was acknowledged but the tier is gone"
+
+    _assert_clean(explore(shim, tmp_path, "manager-tier", check, with_drains=True))
 
 
 def test_writer_files_survive_power_loss_at_every_point(shim, tmp_path):

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -362,6 +363,23 @@ TEST(PlanDrainTest, SendsOnlyWhatIsNewerSelectedAndWorthKeepingWithBasesFirst) {
   milestones.keep_every = 30;
   EXPECT_EQ(csv(checkpoint::plan_drain(local, {}, milestones)), "a, c, e");
   EXPECT_TRUE(checkpoint::plan_drain(local, local, all).empty());
+}
+
+TEST(CopyPacerTest, PausesWhileToldCapsTheRateAndStopsWhenCancelled) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const Clock::time_point until = Clock::now() + std::chrono::milliseconds(150);
+  auto paused = checkpoint::make_pacer(0, nullptr, [&] { return Clock::now() < until; });
+  auto began = Clock::now();
+  FP_ASSERT_OK(paused(0));
+  EXPECT_GE(seconds_since(began), 0.14) << "waits while a snapshot runs";
+  auto capped = checkpoint::make_pacer(10 << 20);  // 10 MiB/s
+  FP_ASSERT_OK(capped(0));
+  began = Clock::now();
+  FP_ASSERT_OK(capped(2 << 20));  // 2 MiB copied: 0.2 s at the cap
+  EXPECT_GE(seconds_since(began), 0.15);
+  std::atomic<bool> cancel{true};
+  EXPECT_EQ(checkpoint::make_pacer(0, &cancel)(0).code(), StatusCode::kBusy);
 }
 
 class TierEnospcTest : public TierTest {

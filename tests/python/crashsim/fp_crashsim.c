@@ -159,6 +159,15 @@ static void snapshot_dir(int out, const char* abs, const char* rel, int depth) {
 
 static void record_locked(const char* kind, const char* a, const char* b) {
   long seq = g_seq++;
+  // A synced file's bytes are copied again whatever its size and mtime say: another thread's
+  // event may have copied it while a write in flight (io_uring, libaio: unseen) had set its
+  // final size but not all its bytes, with an mtime that did not change since.
+  unsigned long long sync_ino = 0;
+  long long sync_birth = 0;
+  if (strcmp(kind, "sync") == 0 && a && sscanf(a, "f:%llu:%lld", &sync_ino, &sync_birth) == 2) {
+    Copied* c = copied_slot((uint64_t)sync_ino, (int64_t)sync_birth);
+    if (c) c->used = 0;
+  }
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/tree/%ld", g_out, seq);
   int out = raw_open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
