@@ -607,38 +607,29 @@ class CheckpointManager:
 
         Damaged checkpoints are skipped with a warning naming the damage: those that fail the
         listing's checks (a missing or truncated file, a manifest that does not decode), then,
-        newest first, those whose bytes do not match their checksums.
+        newest first, those whose bytes do not match their checksums. With tiers, the newest
+        checkpoint anywhere (see :meth:`locations`), pulled back first when only a tier has it.
         """
         infos, damaged = self._agreed(lambda: _core.list_checkpoints(self._root))
         for entry in damaged:
             warnings.warn(f"fastpersist: skipping damaged checkpoint {entry}", stacklevel=2)
+        # (tag, tier to pull it from first, or None when it is local), newest first. With tiers:
+        # the newest anywhere, the local copy preferred; one only a tier holds is pulled back
+        # (verified on the way) before it is loaded.
         if self._dist is None and self._options.tiers:
-            return self._resume_from_tiers(load_args)
-        for info in reversed([CheckpointInfo(**i) for i in infos]):
+            candidates = [(p.tag, None if p.local else p.roots[0]) for p in reversed(self.locations())]
+        else:
+            candidates = [(i["tag"], None) for i in reversed(infos)]
+        for tag, tier in candidates:
             try:
-                return info.tag, self.load(info.tag, **{"verify": True, **load_args})
+                if tier is not None:
+                    self.pull(tag, tier)
+                return tag, self.load(tag, **{"verify": True, **load_args})
             except CheckpointCorruptError as e:
-                warnings.warn(f"fastpersist: skipping damaged checkpoint {info.tag}: {e}",
-                              stacklevel=2)
+                warnings.warn(f"fastpersist: skipping damaged checkpoint {tag}: {e}", stacklevel=2)
             except CheckpointUnsupportedError as e:
-                warnings.warn(f"fastpersist: skipping checkpoint {info.tag}, which this "
+                warnings.warn(f"fastpersist: skipping checkpoint {tag}, which this "
                               f"fastpersist cannot load: {e}", stacklevel=2)
-        return None, None
-
-    def _resume_from_tiers(self, load_args: Dict[str, Any]) -> Tuple[Optional[str], Any]:
-        """resume() with tiers: the newest checkpoint anywhere that verifies, the local copy
-        preferred; one held only by a tier is pulled back first (verified on the way)."""
-        for place in reversed(self.locations()):
-            try:
-                if not place.local:
-                    self.pull(place.tag, place.roots[0])
-                return place.tag, self.load(place.tag, **{"verify": True, **load_args})
-            except CheckpointCorruptError as e:
-                warnings.warn(f"fastpersist: skipping damaged checkpoint {place.tag}: {e}",
-                              stacklevel=3)
-            except CheckpointUnsupportedError as e:
-                warnings.warn(f"fastpersist: skipping checkpoint {place.tag}, which this "
-                              f"fastpersist cannot load: {e}", stacklevel=3)
         return None, None
 
     def verify(self, tag: Union[int, str] = "latest",

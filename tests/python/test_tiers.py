@@ -217,3 +217,22 @@ def test_bad_tier_settings_are_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="size"):
         fastpersist.CheckpointManager(local, tiers=[fastpersist.Tier(tmp_path / "t", bandwidth="fast")])
     assert not (local / "tier").exists()
+
+
+def test_resume_skips_a_damaged_tier_copy_for_an_older_one(tmp_path: Path, tier_dir: Path) -> None:
+    local = tmp_path / "local"
+    tiers = [fastpersist.Tier(tier_dir)]
+    with fastpersist.CheckpointManager(local, durable=False, tiers=tiers) as mgr:
+        mgr.save(1, make_state(1))
+        mgr.save(2, make_state(2))
+    shutil.rmtree(local)
+    data = sorted(p for p in (tier_dir / "step-00000002").iterdir() if p.suffix == ".safetensors")[0]
+    with open(data, "r+b") as f:
+        f.seek(-64, os.SEEK_END)
+        f.write(b"\xff" * 8)
+    with fastpersist.CheckpointManager(local, durable=False, tiers=tiers) as mgr:
+        with pytest.warns(UserWarning, match="skipping damaged checkpoint step-00000002"):
+            tag, state = mgr.resume()
+        assert tag == "step-00000001"
+        assert_same(state, make_state(1))
+        assert mgr.list() == ["step-00000001"]  # nothing partial was pulled
