@@ -41,6 +41,9 @@ namespace fastpersist::cli {
 
 // The body of `fastpersist list ROOT` (also what `inspect ROOT` prints). `command` names the
 // subcommand in error messages. Returns an exit code.
-int print_root_listing(const std::string& command, const std::string& root, bool json);
+// With `tiers` (the roots a manager drains into, docs/tiers.md): where each checkpoint also
+// lives, and the checkpoints only a tier holds.
+int print_root_listing(const std::string& command, const std::string& root, bool json,
+                       const std::vector<std::string>& tiers = {});
 
 }  // namespace fastpersist::cli

@@ -3,12 +3,14 @@
 // `latest` names, and the directories that look like checkpoints but would not load (with the
 // reason). Reads manifests only (cheap); `fastpersist verify ROOT` checks every byte.
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/tier_drain.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/checkpoint_reader.h"
@@ -16,10 +18,47 @@
 
 namespace fastpersist::cli {
 
-int print_root_listing(const std::string& command, const std::string& root, bool json) {
+namespace {
+
+// Where the checkpoints of `root` and its tiers live: per local tag, the tiers holding the same
+// checkpoint (same tag and creation time); the checkpoints only tiers hold; unreachable tiers.
+struct TierView {
+  std::map<std::string, std::vector<std::string>> also_in;
+  std::vector<CheckpointPlace> only_in_tiers;
+  std::vector<std::string> unreachable;
+};
+
+TierView tier_view(const std::string& root, const std::vector<CheckpointInfo>& local,
+                   const std::vector<std::string>& tiers) {
+  TierView v;
+  std::vector<std::string> roots{root};
+  roots.insert(roots.end(), tiers.begin(), tiers.end());
+  std::vector<Result<std::vector<CheckpointInfo>>> listings{local};
+  for (const std::string& t : tiers) listings.push_back(list_checkpoints(t));
+  for (CheckpointPlace& p : checkpoint::merge_places(roots, listings, &v.unreachable)) {
+    if (!p.local) {
+      v.only_in_tiers.push_back(std::move(p));
+      continue;
+    }
+    v.also_in[p.info.tag].assign(p.roots.begin() + 1, p.roots.end());
+  }
+  return v;
+}
+
+std::string joined_or_dash(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+int print_root_listing(const std::string& command, const std::string& root, bool json,
+                       const std::vector<std::string>& tiers) {
   std::vector<std::string> skipped_raw;
   auto listed = list_checkpoints(root, &skipped_raw);
   if (!listed.is_ok()) return fail(command, listed.status().to_string(), kExitFailure);
+  const TierView view = tiers.empty() ? TierView{} : tier_view(root, *listed, tiers);
   auto latest = latest_checkpoint(root);
   if (!latest.is_ok()) return fail(command, latest.status().to_string(), kExitFailure);
   const std::vector<CheckpointInfo>& all = *listed;
@@ -46,6 +85,21 @@ int print_root_listing(const std::string& command, const std::string& root, bool
            {"num_tensors", c.num_tensors},
            {"references", c.references},
            {"latest", latest_tag && *latest_tag == c.tag}});
+      if (!tiers.empty()) {
+        auto it = view.also_in.find(c.tag);
+        j["checkpoints"].back()["tiers"] = it == view.also_in.end() ? std::vector<std::string>{} : it->second;
+      }
+    }
+    if (!tiers.empty()) {
+      j["only_in_tiers"] = nlohmann::ordered_json::array();
+      for (const CheckpointPlace& p : view.only_in_tiers) {
+        j["only_in_tiers"].push_back(
+            {{"tag", p.info.tag},
+             {"step", p.info.step ? nlohmann::ordered_json(*p.info.step) : nlohmann::ordered_json(nullptr)},
+             {"created_unix", p.info.created_unix},
+             {"tiers", p.roots}});
+      }
+      j["unreachable_tiers"] = view.unreachable;
     }
     j["skipped"] = nlohmann::ordered_json::array();
     for (const SkippedDir& s : skipped)
@@ -63,6 +117,7 @@ int print_root_listing(const std::string& command, const std::string& root, bool
               << latest_tag.value_or("-") << "\n";
     std::vector<std::vector<std::string>> rows = {
         {"TAG", "STEP", "CREATED (UTC)", "SIZE", "TENSORS", "BASE"}};
+    if (!tiers.empty()) rows[0].push_back("ALSO IN");
     for (const CheckpointInfo& c : all) {
       // An incremental checkpoint: its own bytes, and the base it references (the rest).
       std::string base = "-";
@@ -72,6 +127,10 @@ int print_root_listing(const std::string& command, const std::string& root, bool
       }
       rows.push_back({c.tag, c.step ? std::to_string(*c.step) : "-", iso_time_utc(c.created_unix),
                       format_bytes(c.own_bytes), std::to_string(c.num_tensors), base});
+      if (!tiers.empty()) {
+        auto it = view.also_in.find(c.tag);
+        rows.back().push_back(it == view.also_in.end() ? "-" : joined_or_dash(it->second));
+      }
     }
     std::vector<size_t> widths(rows[0].size(), 0);
     for (const auto& r : rows) {
@@ -88,6 +147,12 @@ int print_root_listing(const std::string& command, const std::string& root, bool
     }
     std::cout << "(* = latest)\n";
   }
+  for (const CheckpointPlace& p : view.only_in_tiers) {
+    std::cout << "only in " << joined_or_dash(p.roots) << ": " << p.info.tag << " (step "
+              << (p.info.step ? std::to_string(*p.info.step) : "-") << ", " << iso_time_utc(p.info.created_unix)
+              << ")\n";
+  }
+  for (const std::string& u : view.unreachable) std::cout << "tier unreachable: " << u << "\n";
   if (!skipped.empty()) {
     std::cout << "skipped " << skipped.size()
               << (skipped.size() == 1 ? " directory" : " directories")
@@ -101,6 +166,7 @@ int print_root_listing(const std::string& command, const std::string& root, bool
 Command add_list_command(CLI::App& parent) {
   struct Args {
     std::string root;
+    std::vector<std::string> tiers;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -108,6 +174,9 @@ Command add_list_command(CLI::App& parent) {
       "list", "The committed checkpoints of a root, oldest to newest, and damaged directories");
   app->add_option("ROOT", args->root, "Checkpoint root (the directory a CheckpointManager uses)")
       ->required();
+  app->add_option("--tier", args->tiers,
+                  "A tier of this root (repeatable): also show where each checkpoint lives, and "
+                  "the checkpoints only a tier holds");
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] {
             PathInfo p = classify_path(args->root);
@@ -115,7 +184,7 @@ Command add_list_command(CLI::App& parent) {
               case PathKind::kMissing:
                 return fail("list", p.error, kExitUsage);
               case PathKind::kRoot:
-                return print_root_listing("list", args->root, args->json);
+                return print_root_listing("list", args->root, args->json, args->tiers);
               case PathKind::kCheckpoint:
                 return fail("list",
                             args->root +

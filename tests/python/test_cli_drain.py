@@ -88,3 +88,30 @@ def test_a_locked_tier_and_bad_arguments_are_refused(local: Path, tmp_path: Path
         assert needle in r.stderr, (args, r.stderr)
     assert not (local / "inside").exists()
     assert fastpersist.CheckpointManager(tier).list() == []
+
+
+def test_list_with_tiers_shows_where_each_checkpoint_lives(local: Path, tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    assert run_cli("drain", local, tier).returncode == 0
+    # A checkpoint only the tier holds: drained, then removed locally.
+    with fastpersist.CheckpointManager(local) as mgr:
+        mgr.remove("step-00000100")
+    missing = tmp_path / "never-created"
+    r = run_cli("list", local, "--tier", tier, "--tier", missing)
+    assert r.returncode == 0, r.stderr
+    rows = {line.lstrip("* ").split()[0]: line for line in r.stdout.splitlines()
+            if line.lstrip("* ").startswith("step-")}
+    assert "ALSO IN" in r.stdout and set(rows) == {"step-00000200", "step-00000300"}
+    assert all(line.endswith(str(tier)) for line in rows.values())
+    assert f"only in {tier}: step-00000100 (step 100," in r.stdout
+    assert f"tier unreachable: {missing}" in r.stdout
+    j = json.loads(run_cli("list", local, "--tier", tier, "--tier", missing, "--json").stdout)
+    assert {c["tag"]: c["tiers"] for c in j["checkpoints"]} == {
+        "step-00000200": [str(tier)], "step-00000300": [str(tier)]}
+    assert [(c["tag"], c["step"], c["tiers"]) for c in j["only_in_tiers"]] == [
+        ("step-00000100", 100, [str(tier)])]
+    assert len(j["unreachable_tiers"]) == 1
+    assert j["unreachable_tiers"][0].startswith(f"{missing}: not found")
+    # Without --tier the listing is unchanged: no tier fields.
+    plain = json.loads(run_cli("list", local, "--json").stdout)
+    assert "only_in_tiers" not in plain and "tiers" not in plain["checkpoints"][0]
