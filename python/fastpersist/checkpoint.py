@@ -42,6 +42,8 @@ from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .tiers import CheckpointLocation, Tier, TierStatus, TierWarning, tier_options
+from .warm_restore import (FOREGROUND, MODES, HookedOptimizer, check_key, name_filter, owns,
+                           start_background)
 from .writer import engine_options
 
 if TYPE_CHECKING:
@@ -343,7 +345,7 @@ class CheckpointManager:
         else:
             self._core = _core.CheckpointManager(self._root, o)
         self._handles: List[SaveHandle] = []
-        self._hooks: List[Any] = []
+        self._optimizers: List[HookedOptimizer] = []
         _OPEN_MANAGERS.add(self)
 
     # ------------------------------------------------------------------------------ saving
@@ -366,6 +368,13 @@ class CheckpointManager:
         which a forward pass may update in place) are copied right here instead. Raises here
         the failure of an earlier save nobody waited for.
         """
+        pending = [h.key for h in self._optimizers if h.pending is not None]
+        if pending:
+            raise RuntimeError(
+                f"fastpersist: the optimizer state {pending[0]!r} of a warm restore "
+                "(resume(optimizer=\"background\")) is not in its optimizer yet, so this state "
+                "would be saved without it; take an optimizer.step() or call "
+                "mgr.finish_restore() before building the state to save. Nothing was saved")
         tag = tag_for(step_or_tag)
         step = step_or_tag if isinstance(step_or_tag, int) else None
         if (step is None and isinstance(state, dict) and isinstance(state.get("step"), int)
@@ -488,18 +497,35 @@ class CheckpointManager:
         if self._dist is None:  # multi-rank saves snapshot before save_async returns
             self._core_manager().wait_snapshots()
 
-    def hook_optimizer(self, optimizer: torch.optim.Optimizer) -> Any:
-        """Makes ``optimizer.step()`` wait until pending snapshots are taken.
+    def hook_optimizer(self, optimizer: torch.optim.Optimizer, key: str = "optimizer") -> Any:
+        """Makes ``optimizer.step()`` wait until pending snapshots are taken, and, after
+        ``resume(optimizer="background")``, until the optimizer state is loaded into it.
+
+        Args:
+            key: the top-level key of the saved state that holds this optimizer's
+                ``state_dict()`` (what a warm restore loads into it).
 
         Between saves the hook costs one check. Returns the hook handle (``.remove()``).
         """
+        hooked = HookedOptimizer(optimizer, check_key(key), None)
+
         def _pre_step(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            hooked.apply_restore()
             if any(not h.snapshot_done() for h in self._handles):
                 self.wait_snapshots()
 
-        hook = optimizer.register_step_pre_hook(_pre_step)
-        self._hooks.append(hook)
-        return hook
+        hooked.hook = optimizer.register_step_pre_hook(_pre_step)
+        self._optimizers.append(hooked)
+        return hooked.hook
+
+    def finish_restore(self, timeout: Optional[float] = None) -> None:
+        """Waits (at most `timeout` seconds each) for the optimizer states a warm restore is
+        still loading and loads them into their optimizers now, rather than at their first
+        ``step()``. Raises the load's failure, or ``TimeoutError``."""
+        for h in self._optimizers:
+            if h.pending is not None:
+                h.pending.result(timeout)
+                h.apply_restore()
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Finishes in-flight saves and releases the root; raises an uncollected failure.
@@ -510,9 +536,12 @@ class CheckpointManager:
         """
         if self.closed:
             return
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+        for h in self._optimizers:
+            if h.pending is not None:  # no load thread outlives its manager
+                h.pending.join()
+                h.pending = None
+            h.hook.remove()
+        self._optimizers.clear()
         try:
             if self._dist is not None:
                 self._dist.close()
@@ -602,14 +631,23 @@ class CheckpointManager:
             max_memory=None if max_memory is None else parse_size(max_memory),
             weights_only=weights_only)
 
-    def resume(self, **load_args: Any) -> Tuple[Optional[str], Any]:
+    def resume(self, *, optimizer: str = FOREGROUND, **load_args: Any) -> Tuple[Optional[str], Any]:
         """Loads the newest checkpoint that verifies: ``(tag, state)``, or ``(None, None)``.
 
         Damaged checkpoints are skipped with a warning naming the damage: those that fail the
         listing's checks (a missing or truncated file, a manifest that does not decode), then,
         newest first, those whose bytes do not match their checksums. With tiers, the newest
         checkpoint anywhere (see :meth:`locations`), pulled back first when only a tier has it.
+
+        ``optimizer="background"`` (a warm restore): returns once everything but the states of
+        the optimizers hooked with :meth:`hook_optimizer` is loaded; each of those loads on a
+        background thread and goes into its optimizer at its first ``step()`` (which waits for
+        it), or at :meth:`finish_restore`. The returned state holds a
+        :class:`~fastpersist.warm_restore.BackgroundState` under each such key. Saves are
+        refused until the states are in place. A damaged optimizer state found in the
+        background raises at ``step()``; only the model's bytes are checked before returning.
         """
+        background = self._check_resume_mode(optimizer)
         infos, damaged = self._agreed(lambda: _core.list_checkpoints(self._root))
         for entry in damaged:
             warnings.warn(f"fastpersist: skipping damaged checkpoint {entry}", stacklevel=2)
@@ -624,6 +662,8 @@ class CheckpointManager:
             try:
                 if tier is not None:
                     self.pull(tag, tier)
+                if background:
+                    return tag, self._warm_load(tag, {"verify": True, **load_args})
                 return tag, self.load(tag, **{"verify": True, **load_args})
             except CheckpointCorruptError as e:
                 warnings.warn(f"fastpersist: skipping damaged checkpoint {tag}: {e}", stacklevel=2)
@@ -631,6 +671,45 @@ class CheckpointManager:
                 warnings.warn(f"fastpersist: skipping checkpoint {tag}, which this "
                               f"fastpersist cannot load: {e}", stacklevel=2)
         return None, None
+
+    def _check_resume_mode(self, mode: Any) -> bool:
+        """Whether `mode` asks for a warm restore; refuses one that cannot run here."""
+        if mode not in MODES:
+            raise ValueError(f"resume(optimizer=...) takes {' or '.join(map(repr, MODES))}, "
+                             f"not {mode!r}")
+        if mode == FOREGROUND:
+            return False
+        if self._dist is not None:
+            raise ValueError("fastpersist: resume(optimizer=\"background\") is not supported by a "
+                             "multi-rank manager yet; resume with the default optimizer=\"foreground\"")
+        if not self._optimizers:
+            raise ValueError("fastpersist: resume(optimizer=\"background\") needs the optimizer "
+                             "hooked first: mgr.hook_optimizer(optimizer, key=\"optimizer\") (the "
+                             "hook is what hands it its state before its first step())")
+        keys = [h.key for h in self._optimizers]
+        doubled = sorted({k for k in keys if keys.count(k) > 1})
+        if doubled:
+            raise ValueError(f"fastpersist: several hooked optimizers share the key {doubled[0]!r}; "
+                             "pass each hook_optimizer(..., key=...) the key its state is saved under")
+        for h in self._optimizers:  # a second resume replaces what an earlier one still loads
+            if h.pending is not None:
+                h.pending.join()
+                h.pending = None
+        return True
+
+    def _warm_load(self, tag: str, load_args: Dict[str, Any]) -> Any:
+        """The foreground part of a warm restore (every name no hooked optimizer owns), then one
+        background load per hooked optimizer."""
+        selects = name_filter(load_args.pop("keys", None))
+        keys = [h.key for h in self._optimizers]
+
+        def foreground(name: str) -> bool:
+            return selects(name) and not any(owns(k, name) for k in keys)
+
+        state = self.load(tag, keys=foreground, **load_args)
+        return start_background(
+            state, tag, self._optimizers,
+            lambda chosen: self.load(tag, keys=lambda n: chosen(n) and selects(n), **load_args))
 
     def verify(self, tag: Union[int, str] = "latest",
                progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
