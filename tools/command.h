@@ -33,5 +33,7 @@ Command add_drain_command(CLI::App& parent);
 Command add_advise_command(CLI::App& parent);
 // Maintenance: temporaries of dead writers.
 Command add_clean_command(CLI::App& parent);
+// `fastpersist tune`: tune_command.cc.
+Command add_tune_command(CLI::App& parent);
 
 }  // namespace fastpersist::cli

@@ -6,16 +6,10 @@
 //   <python> -c <bootstrap> [options] -- SRC DST      (the bootstrap runs fastpersist.convert)
 //
 // which is `python -m fastpersist.convert` with a clear message when fastpersist (or torch) is
-// missing from that Python. <python> is $FASTPERSIST_PYTHON when set; else the python3 (or
-// python) next to this executable, which is the environment's bin/ when pip installed it; else
-// python3 (or python) on PATH. The process is replaced (exec), so the exit status, signals and
-// terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar from
+// missing from that Python (which Python: python_exec.h). The process is replaced (exec), so the
+// exit status, signals and terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar from
 // the bytes it reads and writes through `_core.ProgressBar`, verify's bar (fastpersist/progress.h).
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -29,6 +23,7 @@
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/options.h"
+#include "python_exec.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -111,7 +106,7 @@ int run_materialize(const Args& a) {
 }
 
 std::vector<std::string> python_args(const Args& a) {
-  std::vector<std::string> argv = {"-c", kBootstrap};
+  std::vector<std::string> argv;
   if (a.tag) argv.insert(argv.end(), {"--tag", *a.tag});
   if (a.prefix) argv.insert(argv.end(), {"--prefix", *a.prefix});
   if (a.compression) argv.insert(argv.end(), {"--compression", *a.compression});
@@ -127,63 +122,10 @@ std::vector<std::string> python_args(const Args& a) {
   return argv;
 }
 
-// execv / execvp; returns only on failure (errno set).
-void exec_python(const std::string& python, const std::vector<std::string>& args,
-                 bool search_path) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(python.c_str()));
-  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  if (search_path) {
-    ::execvp(python.c_str(), argv.data());
-  } else {
-    ::execv(python.c_str(), argv.data());
-  }
-}
-
-bool is_executable_file(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
-}
-
 int run(const Args& a) {
   if (a.materialize) return run_materialize(a);
   if (a.dst.empty()) return fail(kCommand, "DST is required (or --materialize CKPT)", kExitUsage);
-  const std::vector<std::string> args = python_args(a);
-  const char* env = std::getenv("FASTPERSIST_PYTHON");
-  if (env != nullptr && env[0] != '\0') {
-    std::string python = env;
-    exec_python(python, args, python.find('/') == std::string::npos);
-    return fail(kCommand, "cannot run FASTPERSIST_PYTHON=" + python + ": " + std::strerror(errno),
-                kExitFailure);
-  }
-  std::vector<std::string> tried;
-  std::error_code ec;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (const char* name : {"python3", "python"}) {
-      std::string candidate = (self.parent_path() / name).string();
-      tried.push_back(candidate);
-      if (!is_executable_file(candidate)) continue;
-      exec_python(candidate, args, false);
-      return fail(kCommand, "cannot run " + candidate + ": " + std::strerror(errno), kExitFailure);
-    }
-  }
-  for (const char* name : {"python3", "python"}) {
-    tried.push_back(std::string(name) + " on PATH");
-    exec_python(name, args, true);
-    if (errno != ENOENT) {
-      return fail(kCommand, std::string("cannot run ") + name + ": " + std::strerror(errno),
-                  kExitFailure);
-    }
-  }
-  std::string list;
-  for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
-  return fail(kCommand,
-              "no Python found (tried " + list +
-                  "); convert needs a Python with fastpersist and "
-                  "torch installed: set FASTPERSIST_PYTHON to it",
-              kExitFailure);
+  return exec_python(kCommand, kBootstrap, python_args(a), "fastpersist and torch");
 }
 
 }  // namespace

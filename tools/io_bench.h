@@ -63,6 +63,17 @@ struct Outcome {
   IoStats stats;  // of the timed loops only
 };
 
+// The timed steps, shared with `fastpersist tune`. A write makes a fresh file of `size` bytes
+// from `buffer` and fsyncs it (both in loop->seconds); a read evicts the file from the page
+// cache, then reads `size` bytes of it. prepare_read_file writes the file a read needs unless
+// one at least `size` long is there.
+Status timed_write(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
+                   Loop* loop);
+Status timed_read(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
+                  Loop* loop);
+Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
+                         bool verbose);
+
 // Checks the arguments and resolves the engine options; kInvalidArgument says what is wrong.
 Result<Settings> validate(const Args& a);
 

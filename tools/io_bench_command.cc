@@ -18,25 +18,27 @@
 #include "io_bench.h"
 
 namespace fastpersist::cli {
-namespace {
 
-using namespace io_bench;
+namespace io_bench {
+namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Writes the buffer to the file and fsyncs it; the timed body of a write loop.
-Status write_file(IoEngine& engine, const Settings& s, std::byte* buffer, Loop* loop) {
+}  // namespace
+
+Status timed_write(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
+                   Loop* loop) {
   auto start = std::chrono::steady_clock::now();
   // A fresh file each loop, as before the engine stopped truncating by default: a rewrite of
   // allocated blocks would measure a different (faster) path than the first write.
-  IoRequest request{IoKind::kWrite, buffer, s.size, s.path, -1, 0};
+  IoRequest request{IoKind::kWrite, buffer, size, path, -1, 0};
   request.truncate = true;
   Result<uint64_t> n = engine.run(request);
   if (!n.is_ok()) return n.status();
   auto sync_start = std::chrono::steady_clock::now();
-  FP_RETURN_IF_ERROR(fsync_path(s.path));
+  FP_RETURN_IF_ERROR(fsync_path(path));
   if (loop != nullptr) {
     loop->fsync_seconds = seconds_since(sync_start);
     loop->seconds = seconds_since(start);
@@ -44,27 +46,38 @@ Status write_file(IoEngine& engine, const Settings& s, std::byte* buffer, Loop* 
   return Status::ok();
 }
 
-// A read needs a file at least --size long; one left by --keep is reused.
-Status prepare_read(IoEngine& engine, const Settings& s, std::byte* buffer, bool verbose) {
-  FP_ASSIGN_OR_RETURN(std::optional<uint64_t> existing, regular_file_size(s.path));
-  if (existing && *existing >= s.size) return Status::ok();
-  if (verbose) {
-    std::cout << "preparing: writing " << format_bytes(s.size) << " to " << s.path << "\n";
-  }
-  FP_RETURN_IF_ERROR(remove_file(s.path));
-  return write_file(engine, s, buffer, nullptr);
+Status timed_read(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
+                  Loop* loop) {
+  FP_RETURN_IF_ERROR(evict_from_page_cache(path));
+  auto start = std::chrono::steady_clock::now();
+  Result<uint64_t> n = engine.run({IoKind::kRead, buffer, size, path, -1, 0});
+  loop->seconds = seconds_since(start);
+  return n.status();
 }
+
+Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
+                         bool verbose) {
+  FP_ASSIGN_OR_RETURN(std::optional<uint64_t> existing, regular_file_size(path));
+  if (existing && *existing >= size) return Status::ok();
+  if (verbose) {
+    std::cout << "preparing: writing " << format_bytes(size) << " to " << path << "\n";
+  }
+  FP_RETURN_IF_ERROR(remove_file(path));
+  return timed_write(engine, path, buffer, size, nullptr);
+}
+
+}  // namespace io_bench
+
+namespace {
+
+using namespace io_bench;
 
 Status run_loop(IoEngine& engine, const Settings& s, std::byte* buffer, Loop* loop) {
   if (s.write) {
     FP_RETURN_IF_ERROR(remove_file(s.path));  // a new file each loop, as ds_io does
-    return write_file(engine, s, buffer, loop);
+    return timed_write(engine, s.path, buffer, s.size, loop);
   }
-  FP_RETURN_IF_ERROR(evict_from_page_cache(s.path));
-  auto start = std::chrono::steady_clock::now();
-  Result<uint64_t> n = engine.run({IoKind::kRead, buffer, s.size, s.path, -1, 0});
-  loop->seconds = seconds_since(start);
-  return n.status();
+  return timed_read(engine, s.path, buffer, s.size, loop);
 }
 
 int fail(const std::string& message, int code) {
@@ -97,7 +110,7 @@ int run(const Args& args) {
   if (text) print_header(s, out, args.loops);
 
   Status st;
-  if (!s.write) st = prepare_read(**engine, s, buffer->data(), text);
+  if (!s.write) st = prepare_read_file(**engine, s.path, buffer->data(), s.size, text);
   IoStats before = (*engine)->stats();
   double best = 0;
   for (unsigned i = 1; st.is_ok() && i <= args.loops; ++i) {

@@ -47,8 +47,9 @@ struct EngineOptions {
   Status validate() const;
 };
 
-// Applies FASTPERSIST_* environment variables on top of `base` (see docs/settings.md).
-// Unknown values are an error, not silently ignored.
+// Applies the active configuration file (config_file.h: use_config_file(), else
+// FASTPERSIST_CONFIG) and then the FASTPERSIST_* environment variables on top of `base` (see
+// docs/settings.md). Unknown values are an error, not silently ignored.
 Result<EngineOptions> engine_options_from_env(EngineOptions base = {});
 
 // Parses "4096", "64KiB", "8M", "1GiB", "2g" into bytes. K/M/G/T are powers of 1024.

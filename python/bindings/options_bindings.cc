@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "fastpersist/config_file.h"
 #include "fastpersist/io_backend.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/options.h"
@@ -39,7 +40,20 @@ void bind_options(nb::module_& m) {
   m.def(
       "engine_options_from_env",
       [](const EngineOptions& base) { return unwrap(engine_options_from_env(base)); }, "base"_a,
-      "Applies the FASTPERSIST_* environment variables on top of `base`.");
+      "Applies the active configuration file, then the FASTPERSIST_* environment variables, on top of `base`.");
+  nb::class_<ConfigFile>(m, "ConfigFile", "A configuration file's settings (config_file.h).")
+      .def_ro("engine", &ConfigFile::engine)
+      .def_ro("writer_io_buffer_bytes", &ConfigFile::writer_io_buffer_bytes)
+      .def_ro("path", &ConfigFile::path);
+  m.def(
+      "use_config_file",
+      [](const std::string& path) { return unwrap(without_gil([&] { return use_config_file(path); })); },
+      "path"_a,
+      "Makes the configuration file at `path` the process's ('' goes back to FASTPERSIST_CONFIG).");
+  m.def(
+      "active_config",
+      [](const EngineOptions& base) { return unwrap(without_gil([&] { return active_config(base); })); },
+      "base"_a, "The active configuration applied over `base`.");
   m.def(
       "parse_size", [](const std::string& text) { return unwrap(parse_size(text)); }, "text"_a,
       "Parses '4096', '64KiB', '8M', '1GiB' into bytes (K/M/G/T are powers of 1024).");

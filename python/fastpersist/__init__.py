@@ -20,6 +20,7 @@ from __future__ import annotations
 from . import _core
 from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_io, resolve_backend
 from .aio_handle import AioHandle, IoStats, aio_handle
+from .config import active_config, load_config
 from .errors import (CheckpointCorruptError, CheckpointLockedError, CheckpointUnsupportedError,
                      DistributedCheckpointError)
 from .maintenance import StaleFiles, clean_stale_temp_files
@@ -78,6 +79,8 @@ __all__ = [
     "StaleFiles",
     "__version__",
     "aio_handle",
+    "active_config",
+    "load_config",
     "backends",
     "clean_stale_temp_files",
     "load",

@@ -536,11 +536,11 @@ class CheckpointManager:
         """
         if self.closed:
             return
-        for h in self._optimizers:
-            if h.pending is not None:  # no load thread outlives its manager
-                h.pending.join()
-                h.pending = None
-            h.hook.remove()
+        for hooked in self._optimizers:
+            if hooked.pending is not None:  # no load thread outlives its manager
+                hooked.pending.join()
+                hooked.pending = None
+            hooked.hook.remove()
         self._optimizers.clear()
         try:
             if self._dist is not None:

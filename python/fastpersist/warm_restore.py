@@ -154,8 +154,10 @@ def start_background(state: Any, tag: str, hooked: List[HookedOptimizer],
         raise ValueError(f"fastpersist: checkpoint {tag} has no entry {missing[0]!r} for the "
                          f"optimizer hooked under that key (its top-level keys: {saved}); pass "
                          "hook_optimizer(optimizer, key=...) the key the state was saved under")
+    def loader(key: str) -> Callable[[], Any]:
+        return lambda: load(lambda name: owns(key, name))[key]
+
     for h in hooked:
-        key = h.key
-        h.pending = BackgroundState(key, tag, lambda key=key: load(lambda n: owns(key, n))[key])
-        state[key] = h.pending
+        h.pending = BackgroundState(h.key, tag, loader(h.key))
+        state[h.key] = h.pending
     return state

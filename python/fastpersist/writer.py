@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Optional, Type, Union
 
 from . import _core
 from ._engine_options import UINT_MAX, check_flag, check_uint, engine_options
+from .config import configured_writer_buffer
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -89,6 +90,8 @@ class FastFileWriter:
         opts = _core.FastFileWriterOptions()
         if io_buffer_mb is not None:
             opts.io_buffer_bytes = int(io_buffer_mb * _MiB)
+        elif (configured := configured_writer_buffer()) is not None:  # a tuned configuration
+            opts.io_buffer_bytes = configured
         if single_io_buffer is not None:
             opts.single_io_buffer = check_flag("single_io_buffer", single_io_buffer)
         if zero_copy is not None:

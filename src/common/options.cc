@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fastpersist/options.h"
 
+#include "fastpersist/config_file.h"
+
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -92,7 +94,9 @@ Result<bool> env_bool(const char* name, const char* value) {
 }  // namespace
 
 Result<EngineOptions> engine_options_from_env(EngineOptions base) {
-  EngineOptions o = base;
+  // The configuration file first (config_file.h), then the individual variables over it.
+  FP_ASSIGN_OR_RETURN(ConfigFile config, active_config(base));
+  EngineOptions o = config.engine;
   if (const char* v = std::getenv("FASTPERSIST_BACKEND")) {
     FP_ASSIGN_OR_RETURN(o.backend, parse_backend(v));
   }

@@ -246,6 +246,12 @@ SUBCOMMAND_MISUSE = [
     (["clean", "{p}/missing"], 2),
     (["clean", "{p}/junk.bin"], 2),
     (["clean", "{p}", "--parallel-min-age", "inf"], 2),
+    (["tune", "--folder", "{p}/missing"], 2),
+    (["tune", "--folder", "{p}", "--budget", "soon"], 2),
+    (["tune", "--folder", "{p}", "--size", "3"], 2),
+    (["tune", "--folder", "{p}", "--read", "--write"], 2),
+    (["--config", "{p}/junk.bin", "list", "{p}/root"], 2),
+    (["--config", "{p}/missing.json", "list", "{p}/root"], 2),
     (["nosuchcommand"], 2),
     (["--bogus"], 2),
 ]
