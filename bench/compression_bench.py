@@ -32,7 +32,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch
 import fastpersist
 from fastpersist.bench import models
 from fastpersist.bench.loaders import evict
+from fastpersist.bench.table import aligned, medians, rotated
 
 GB = 1e9
 CODECS = ("raw", "zstd", "lz4")
@@ -158,12 +158,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         nbytes = tensor_bytes(state)
         runs: Dict[str, List[Dict[str, float]]] = {c: [] for c in CODECS}
         for r in range(a.rounds):
-            order = CODECS[r % len(CODECS):] + CODECS[:r % len(CODECS)]
-            for codec in order:
+            for codec in rotated(CODECS, r):
                 runs[codec].append(measure(folder, codec, state, nbytes))
                 print(f"# {name} round {r + 1} {codec}: {runs[codec][-1]}", file=sys.stderr)
         results[name] = runs
-        med = {c: {k: statistics.median(m[k] for m in runs[c]) for k in runs[c][0]} for c in CODECS}
+        med = {c: medians(runs[c]) for c in CODECS}
         raw = med["raw"]
         for codec in CODECS:
             m = med[codec]
@@ -177,11 +176,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         gc.collect()
     header = ["state", "codec", "GB", "ratio", "save GB/s", "vs raw", "save CPU s/GB",
               "async block s", "vs raw", "load GB/s", "vs raw", "load CPU s/GB"]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     print(f"cores: {os.cpu_count()}, rounds: {a.rounds} (medians); GB/s of raw tensor bytes; "
           "'vs raw' = speed relative to raw in the same round (>1 faster; async: blocking time ratio)")
-    for row in [header] + rows:
-        print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
+    print(aligned(header, rows))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

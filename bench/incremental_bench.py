@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 import fastpersist
+from fastpersist.bench.table import aligned, medians
 
 GB = 1e9
 MB = 1e6
@@ -178,7 +178,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for kind in a.runs.split(","):
         results = measure_run(kind, a, folder)
         all_results[kind] = results
-        med = {m: {k: statistics.median(x[k] for x in results[m]) for k in results[m][0]} for m in MODES}
+        med = {m: medians(results[m]) for m in MODES}
         full = med["full"]
         for m in MODES:
             x = med[m]
@@ -191,12 +191,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         gc.collect()
     header = ["run", "mode", "state GB", "changed MB", "written MB", "written/changed", "save s",
               "speed-up", "CPU s/GB", "snapshot s", "vs full"]
-    widths = [max(len(str(v)) for v in col) for col in zip(header, *rows)]
     print(f"cores: {os.cpu_count()}, rounds: {a.rounds} (medians), {a.steps_per_save} training "
           "steps between saves; speed-up = full save time / this save time, same round; "
           "'vs full' = snapshot (blocking) time / the full save's")
-    for row in [header] + rows:
-        print("  ".join(str(v).rjust(w) for v, w in zip(row, widths)))
+    print(aligned(header, rows))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(all_results, f, indent=1)

@@ -39,6 +39,7 @@ import torch
 
 import fastpersist
 from fastpersist.bench import models
+from fastpersist.bench.table import markdown, rotated
 
 CASES = ("full", "warm")
 # resume_s (when resume() returned) is also recorded: the first forward pass starts right then.
@@ -149,8 +150,7 @@ def main() -> int:
     size = prepare(root, args.model, args.train_steps)
     runs: Dict[str, List[Dict[str, Any]]] = {c: [] for c in CASES}
     for r in range(args.rounds):
-        order = CASES[r % 2:] + CASES[:r % 2]
-        for case in order:
+        for case in rotated(CASES, r):
             runs[case].append(run_child(case, root, args.model, args.steps))
             log(f"round {r + 1} {case}: " + ", ".join(
                 f"{k} {runs[case][-1][k]:.2f}" for k, _ in COLUMNS))
@@ -163,12 +163,9 @@ def main() -> int:
     print(f"\n{args.model}: checkpoint {size / 1e9:.2f} GB of tensors (model + AdamW), "
           f"{args.steps} training steps after the resume, {args.rounds} rounds, medians "
           "(seconds from the manager's creation)\n")
-    print("| case | " + " | ".join(title for _, title in COLUMNS) + " |")
-    print("|---" * (len(COLUMNS) + 1) + "|")
-    for c in CASES:
-        print(f"| {c} | " + " | ".join(f"{med[c][k]:.2f}" for k, _ in COLUMNS) + " |")
-    print("| warm / full | " + " | ".join(f"{med['warm'][k] / med['full'][k]:.2f}"
-                                         for k, _ in COLUMNS) + " |")
+    rows = [[c, *(f"{med[c][k]:.2f}" for k, _ in COLUMNS)] for c in CASES]
+    rows.append(["warm / full", *(f"{med['warm'][k] / med['full'][k]:.2f}" for k, _ in COLUMNS)])
+    print(markdown(["case", *(title for _, title in COLUMNS)], rows))
     print("\nBoth cases trained to the same bytes (parameters and optimizer state).")
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "tensor_bytes": size, "runs": runs,

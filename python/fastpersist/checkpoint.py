@@ -707,9 +707,12 @@ class CheckpointManager:
             return selects(name) and not any(owns(k, name) for k in keys)
 
         state = self.load(tag, keys=foreground, **load_args)
+        # The optimizers' states go into new memory (an optimizer has none before its first
+        # step), so `into=` is the foreground's alone: strict=True then checks the model's part.
+        background = {k: v for k, v in load_args.items() if k != "into"}
         return start_background(
             state, tag, self._optimizers,
-            lambda chosen: self.load(tag, keys=lambda n: chosen(n) and selects(n), **load_args))
+            lambda chosen: self.load(tag, keys=lambda n: chosen(n) and selects(n), **background))
 
     def verify(self, tag: Union[int, str] = "latest",
                progress: Optional[Callable[[int, int], None]] = None) -> List[str]:

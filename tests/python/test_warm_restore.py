@@ -135,6 +135,21 @@ def test_a_damaged_optimizer_state_raises_at_step_and_is_skipped_by_a_normal_res
         assert tag == "step-00000005"
 
 
+def test_into_fills_the_model_in_place_and_strict_checks_only_its_part(root: Path) -> None:
+    model, opt, _ = make(seed=7)
+    addresses = {k: t.data_ptr() for k, t in model.state_dict().items()}
+    with fastpersist.CheckpointManager(root) as mgr:
+        mgr.hook_optimizer(opt)
+        _, state = mgr.resume(into={"model": model.state_dict()}, optimizer="background")
+        assert {k: t.data_ptr() for k, t in state["model"].items()} == addresses  # in place
+        mgr.finish_restore(timeout=60)
+        assert opt.state_dict()["state"][0]["step"] == 8
+        # The model's part is still checked: a destination the checkpoint lacks is refused.
+        with pytest.raises(ValueError, match="extra"):
+            mgr.resume(into={"model": {**model.state_dict(), "extra": torch.zeros(3)}},
+                       optimizer="background")
+
+
 def test_keys_and_map_location_apply_to_both_parts(root: Path) -> None:
     model, opt, _ = make(seed=5)
     with fastpersist.CheckpointManager(root) as mgr:
