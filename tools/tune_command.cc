@@ -8,6 +8,8 @@
 // 256 KiB writes (the pieces that go through staging; larger aligned ones are written from the
 // caller's memory). The best settings are written as a configuration file (config_file.h) and
 // printed as the "aio" section of a DeepSpeed config.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_file.h"
@@ -494,6 +497,19 @@ int run(const Args& a) {
   }
   Result<double> budget = parse_duration(a.budget);
   if (!budget.is_ok()) return fail(kCommand, budget.status().message(), kExitUsage);
+  // Where the results go is checked before minutes of measuring, not after.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", a.output},
+                                   std::pair<const char*, const std::string&>{"--plot", a.plot}}) {
+    if (path.empty()) continue;
+    std::filesystem::path parent = std::filesystem::absolute(path, ec).parent_path();
+    if (!std::filesystem::is_directory(parent, ec) || ::access(parent.c_str(), W_OK) != 0) {
+      return fail(kCommand, std::string(flag) + " '" + path + "': " + parent.string() +
+                                " is not a folder this process can write to", kExitUsage);
+    }
+    if (std::filesystem::is_directory(path, ec)) {
+      return fail(kCommand, std::string(flag) + " '" + path + "' is a folder, not a file name", kExitUsage);
+    }
+  }
   if (Result<EngineOptions> env = engine_options_from_env(); !env.is_ok()) {
     return fail(kCommand, env.status().message(), kExitUsage);
   }

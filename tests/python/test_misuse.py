@@ -250,6 +250,8 @@ SUBCOMMAND_MISUSE = [
     (["tune", "--folder", "{p}", "--budget", "soon"], 2),
     (["tune", "--folder", "{p}", "--size", "3"], 2),
     (["tune", "--folder", "{p}", "--read", "--write"], 2),
+    (["tune", "--folder", "{p}", "--output", "{p}/missing/cfg.json"], 2),
+    (["tune", "--folder", "{p}", "--plot", "{p}/empty"], 2),
     (["--config", "{p}/junk.bin", "list", "{p}/root"], 2),
     (["--config", "{p}/missing.json", "list", "{p}/root"], 2),
     (["nosuchcommand"], 2),
