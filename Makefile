@@ -168,7 +168,7 @@ demo: build python $(STAMPS)/deepspeed-ops
 	$(VENV_PY) -m fastpersist.bench model --model $(DEMO_MODEL) --folder $(BENCH_DIR)
 	$(VENV_PY) -m fastpersist.bench roundtrip --model $(DEMO_MODEL) --folder $(BENCH_DIR)
 	$(VENV_PY) bench/checkpoint_manager_bench.py --model $(DEMO_MODEL) --folder $(BENCH_DIR) \
-	  --rounds 1 --skip-overlap
+	  --rounds 1 --skip-overlap --no-verdicts
 
 clean:
 	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%) build-fuzz

@@ -58,6 +58,11 @@ def test_bench_prints_one_line_per_tag(bench_runs, run):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("# python -m fastpersist.bench " + run), "the reproducing command"
     lines = _lines(r.stdout)
+    # The first mechanism ran once, untimed, before the first measured line.
+    out = r.stdout.splitlines()
+    warmup = [i for i, line in enumerate(out) if line == "# warm-up, untimed: test_save"]
+    first_result = min(i for i, line in enumerate(out) if re.match(r"^\w+ -- ", line))
+    assert warmup and warmup[0] < first_result, r.stdout
     for tag in TAGS_WITH_RESULTS:
         assert tag in lines, f"no line for {tag}:\n{r.stdout}"
         assert re.match(f"^{tag} {RESULT}", lines[tag]), lines[tag]

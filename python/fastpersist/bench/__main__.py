@@ -31,6 +31,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rotate", type=int, default=0, metavar="K",
                    help="start the first loop K tags later (bench/checkpoint_vs_fio.py uses it "
                         "to vary the order across runs)")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="do not run the first tag once, untimed, before measuring (that first "
+                        "save pays for faulting in the state: without the warm-up, the first "
+                        "line of a run reads low)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,7 +91,8 @@ def run_tensor(args: argparse.Namespace) -> int:
     s = _settings(args)
     device = "cuda" if args.gpu else "cpu"
     t = torch.randint(high=128, size=(args.mb_size * (1 << 20),), dtype=torch.uint8, device=device)
-    savers.run_all(t, s, f"{args.mb_size}MB", args.only, loops=args.loops, rotate=args.rotate)
+    savers.run_all(t, s, f"{args.mb_size}MB", args.only, loops=args.loops, rotate=args.rotate,
+                   warmup=args.warmup)
     return 0
 
 
@@ -101,7 +106,8 @@ def run_model(args: argparse.Namespace) -> int:
     if args.optimizer:
         state["optimizer"] = models.with_optimizer_state(model)
     print(f"# built {args.model} in {time.perf_counter() - start:.1f}s", flush=True)
-    savers.run_all(state, s, args.model, args.only, loops=args.loops, rotate=args.rotate)
+    savers.run_all(state, s, args.model, args.only, loops=args.loops, rotate=args.rotate,
+                   warmup=args.warmup)
     return 0
 
 
