@@ -35,6 +35,7 @@ import torch
 
 import fastpersist
 from fastpersist.bench import models
+from fastpersist.bench.loaders import drop_all_caches
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,14 +45,6 @@ FIO_BLOCK = 8 << 20
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
-
-def drop_caches() -> None:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError:
-        pass  # not root: direct reads bypass the cache anyway
 
 
 def cli() -> str:
@@ -72,7 +65,7 @@ def fio_copy(fio: str, folder: Path, size: int) -> float:
                         "--output-format=json"], check=True, capture_output=True)
     dst.unlink(missing_ok=True)
     os.sync()
-    drop_caches()
+    drop_all_caches()
     common = ["--ioengine=io_uring", "--bs=8M", "--iodepth=32", "--direct=1", f"--size={size}"]
     began = time.perf_counter()
     subprocess.run([fio, "--output-format=json",
@@ -87,7 +80,7 @@ def fio_copy(fio: str, folder: Path, size: int) -> float:
 def drain_once(local: Path, tier: Path) -> Dict[str, float]:
     shutil.rmtree(tier, ignore_errors=True)
     os.sync()
-    drop_caches()
+    drop_all_caches()
     began = time.perf_counter()
     out = subprocess.run([cli(), "drain", str(local), str(tier), "--json"], check=True,
                          capture_output=True, text=True).stdout
@@ -113,7 +106,7 @@ def blocking_once(folder: Path, gib: float, with_drain: bool) -> Dict[str, Any]:
     mgr = fastpersist.CheckpointManager(local, tiers=tiers)
     try:
         mgr.save("a", a)  # commits; with a tier, its drain starts now
-        drop_caches()
+        drop_all_caches()
         began = time.perf_counter()
         handle = mgr.save_async("b", b)
         draining = with_drain and mgr.tier_status()[0].draining == "a"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import fastpersist
+from fastpersist.bench.loaders import drop_all_caches
 from fastpersist.bench.table import markdown, rotated
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,14 +45,6 @@ def cli() -> str:
     built = ROOT / "build" / "tools" / "fastpersist"
     return str(built) if built.exists() else shutil.which("fastpersist") or "fastpersist"
 
-
-def drop_caches() -> None:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError:
-        pass  # not root: io-bench evicts its file itself; fio reads with O_DIRECT
 
 
 def io_bench(case: str, op: str, folder: Path, size: str, config: Path) -> float:
@@ -74,7 +67,7 @@ def fio(op: str, folder: Path, size_bytes: int, engine: Dict[str, int]) -> float
               "--output-format=json", "--name=tune-bench"]
     if op == "read":
         subprocess.run(["fio", *common, "--rw=write"], check=True, capture_output=True)
-        drop_caches()
+        drop_all_caches()
         out = subprocess.run(["fio", *common, "--rw=read"], check=True, capture_output=True, text=True)
         key = "read"
     else:
@@ -108,7 +101,7 @@ def main() -> int:
     for r in range(args.rounds):
         for case in rotated(CASES, r):
             for op in ("write", "read"):
-                drop_caches()
+                drop_all_caches()
                 rate = (fio(op, args.folder, size_bytes, engine) if case.startswith("fio")
                         else io_bench(case, op, args.folder, args.size, config))
                 runs[case][op].append(rate)

@@ -39,6 +39,7 @@ import torch
 
 import fastpersist
 from fastpersist.bench import models
+from fastpersist.bench.loaders import drop_all_caches
 from fastpersist.bench.table import markdown, rotated
 
 CASES = ("full", "warm")
@@ -50,14 +51,6 @@ COLUMNS = (("first_forward_s", "first forward starts"), ("first_step_s", "first 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
-
-def drop_caches() -> None:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError:
-        pass  # not root: the manager's direct reads bypass the cache anyway
 
 
 def train_step(model: Any, opt: torch.optim.Optimizer, batch: Dict[str, Any]) -> None:
@@ -120,7 +113,7 @@ def child(mode: str, root: Path, model_name: str, steps: int) -> Dict[str, Any]:
 
 
 def run_child(mode: str, root: Path, model_name: str, steps: int) -> Dict[str, Any]:
-    drop_caches()
+    drop_all_caches()
     proc = subprocess.run([sys.executable, __file__, "--child", mode, "--root", str(root),
                            "--model", model_name, "--steps", str(steps)],
                           stdout=subprocess.PIPE, text=True, check=True)

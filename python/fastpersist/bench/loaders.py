@@ -87,6 +87,18 @@ def cached_fraction(path: str) -> float:
     return sum(v & 1 for v in vec) / pages
 
 
+def drop_all_caches() -> None:
+    """Writes back every dirty page and drops the whole page cache (and the dentry and inode
+    caches), so the next read of any file starts cold. Needs root; without it only the
+    write-back happens (direct reads bypass the cache anyway)."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass
+
+
 def evict(path: str, drop_caches: bool = False) -> float:
     """Writes the file back and drops its pages from the page cache; returns the fraction of
     its pages still cached afterwards (0.0 when the eviction worked)."""
