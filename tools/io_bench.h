@@ -75,6 +75,9 @@ Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* b
                          bool verbose);
 
 // Checks the arguments and resolves the engine options; kInvalidArgument says what is wrong.
+// io-bench's engine settings before the environment, a configuration file or a flag changes
+// them: 8 MiB blocks, queue depth 32, one thread, overlapped events. tune starts its search here.
+EngineOptions default_engine_options();
 Result<Settings> validate(const Args& a);
 
 double gb_per_s(uint64_t bytes, double seconds);

@@ -18,6 +18,15 @@ Status usage(std::string message) {
 
 }  // namespace
 
+EngineOptions default_engine_options() {
+  EngineOptions o;
+  o.block_size = size_t{8} << 20;
+  o.queue_depth = 32;
+  o.intra_op_parallelism = 1;
+  o.overlap_events = true;
+  return o;
+}
+
 // Io-bench's defaults (ds_io's, with fio's 8M blocks), then FASTPERSIST_* variables, then flags:
 // an explicit flag always wins, so a benchmark line is reproducible whatever the environment.
 Result<Settings> validate(const Args& a) {
@@ -47,12 +56,7 @@ Result<Settings> validate(const Args& a) {
   if (!s.folder.empty() && s.folder.size() > 1 && s.folder.back() == '/') s.folder.pop_back();
   s.path = (folder / kFileName).string();
 
-  EngineOptions base;
-  base.block_size = size_t{8} << 20;
-  base.queue_depth = 32;
-  base.intra_op_parallelism = 1;
-  base.overlap_events = true;
-  Result<EngineOptions> from_env = engine_options_from_env(base);
+  Result<EngineOptions> from_env = engine_options_from_env(default_engine_options());
   if (!from_env.is_ok()) {
     const std::string& m = from_env.status().message();
     return usage(m.find("environment variable") != std::string::npos

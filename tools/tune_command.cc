@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench_file.h"
+#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/config_file.h"
@@ -225,13 +226,10 @@ class Tuner {
     return s;
   }
 
-  // Where the search starts: the active configuration over io-bench's defaults (8 MiB blocks,
-  // queue depth 32, overlapped events), so a second tune refines the first.
+  // Where the search starts: the active configuration over io-bench's defaults, so a second
+  // tune refines the first.
   tune::Candidate start_candidate() const {
-    EngineOptions base;
-    base.block_size = size_t{8} << 20;
-    base.queue_depth = 32;
-    base.overlap_events = true;
+    const EngineOptions base = io_bench::default_engine_options();
     Result<EngineOptions> o = engine_options_from_env(base);
     tune::Candidate c;
     c.engine = o.is_ok() ? *o : base;
@@ -399,7 +397,7 @@ class Tuner {
     const std::optional<size_t> writer = best.writer_buffer ? std::optional<size_t>(best.writer_buffer) : std::nullopt;
     const std::string config = encode_config(best.engine, writer, tuned.dump());
     if (!a_.output.empty()) {
-      Status st = write_text_file(a_.output, config);
+      Status st = checkpoint::replace_file_atomically(a_.output, config, /*durable=*/true);
       if (!st.is_ok()) return fail(kCommand, "cannot write " + a_.output + ": " + st.to_string(), kExitFailure);
     }
     nlohmann::ordered_json phases;
@@ -451,24 +449,6 @@ class Tuner {
         "sys.exit(main(sys.argv[1:]))\n";
     std::cout.flush();
     return exec_python("tune --plot", kBootstrap, {data.dump(), a_.plot}, "fastpersist and matplotlib");
-  }
-
-  static Status write_text_file(const std::string& path, const std::string& text) {
-    std::error_code ec;
-    const std::filesystem::path p(path);
-    const std::string tmp = path + ".tmp";
-    {
-      std::FILE* f = std::fopen(tmp.c_str(), "wb");
-      if (f == nullptr) return Status::from_errno(errno, "open");
-      const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      if (std::fclose(f) != 0 || !ok) {
-        std::filesystem::remove(tmp, ec);
-        return Status(StatusCode::kIoError, "short write");
-      }
-    }
-    std::filesystem::rename(tmp, p, ec);
-    if (ec) return Status(StatusCode::kIoError, ec.message());
-    return Status::ok();
   }
 
   const Args& a_;

@@ -38,11 +38,11 @@ from . import _core
 from ._checkpoint_options import Size, checkpoint_options
 from ._system import parse_size
 from ._tensor_source import NO_DEVICE, source_tensor
-from .checkpoint_loading import DtypeSpec, KeySelection, load_checkpoint_dir
+from .checkpoint_loading import DtypeSpec, KeySelection, key_predicate, load_checkpoint_dir
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_state
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .tiers import CheckpointLocation, Tier, TierStatus, TierWarning, tier_options
-from .warm_restore import (FOREGROUND, MODES, HookedOptimizer, check_key, name_filter, owns,
+from .warm_restore import (FOREGROUND, MODES, HookedOptimizer, check_key, owns,
                            start_background)
 from .writer import engine_options
 
@@ -700,7 +700,7 @@ class CheckpointManager:
     def _warm_load(self, tag: str, load_args: Dict[str, Any]) -> Any:
         """The foreground part of a warm restore (every name no hooked optimizer owns), then one
         background load per hooked optimizer."""
-        selects = name_filter(load_args.pop("keys", None))
+        selects = key_predicate(load_args.pop("keys", None))
         keys = [h.key for h in self._optimizers]
 
         def foreground(name: str) -> bool:

@@ -42,17 +42,27 @@ def _destination(name: str, t: torch.Tensor) -> Tuple[str, int, int, str, List[i
     return (name, t.data_ptr(), max(capacity, 0), _dtype_name(t.dtype), shape, list(t.stride()))
 
 
+def key_predicate(keys: KeySelection) -> Callable[[str], bool]:
+    """A ``keys=`` selection (None for all, names, or a predicate) as a predicate."""
+    if keys is None:
+        return lambda _name: True
+    if callable(keys):
+        return keys
+    if isinstance(keys, str):
+        raise TypeError("keys= takes a list of names or a predicate, not a single string")
+    return set(keys).__contains__
+
+
 def _names(keys: KeySelection, manifest: Any, dest: Mapping[str, torch.Tensor]) -> Optional[List[str]]:
     """The names to load, or None for all. A predicate is evaluated here, over the checkpoint's
     names and the destinations' (so that a destination it selects is reported missing)."""
     if keys is None:
         return None
+    selects = key_predicate(keys)
     if callable(keys):
         names = manifest.names()
         known = set(names)
-        return [n for n in names if keys(n)] + [n for n in dest if n not in known and keys(n)]
-    if isinstance(keys, str):
-        raise TypeError("keys= takes a list of names or a predicate, not a single string")
+        return [n for n in names if selects(n)] + [n for n in dest if n not in known and selects(n)]
     return list(keys)
 
 

@@ -35,18 +35,6 @@ def check_key(key: Any) -> str:
     return key
 
 
-def name_filter(keys: Any) -> Callable[[str], bool]:
-    """A ``keys=`` selection (None, names, or a predicate) as a predicate."""
-    if keys is None:
-        return lambda _name: True
-    if callable(keys):
-        return keys
-    if isinstance(keys, str):
-        raise TypeError("keys= takes a list of names or a predicate, not a single string")
-    chosen = set(keys)
-    return chosen.__contains__
-
-
 class BackgroundState:
     """An optimizer state that a warm restore is still loading, in place of it in the state
     ``resume(optimizer="background")`` returns.

@@ -67,32 +67,7 @@ Status write_new_file(const std::string& path, std::string_view bytes, bool dura
 }
 
 Result<std::string> read_small_file(const std::string& path, size_t max_bytes) {
-  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse));
-  const UniqueFd& fd = file.fd;
-  if (file.size > max_bytes) {
-    return Status(StatusCode::kDataLoss, "file is larger than " + std::to_string(max_bytes) +
-                                             " bytes, more than this kind of file can be")
-        .with_path(path);
-  }
-  std::string out;
-  try {
-    out.resize(static_cast<size_t>(file.size));
-  } catch (const std::bad_alloc&) {
-    return Status::from_errno(ENOMEM, "cannot allocate " + std::to_string(file.size) + " bytes")
-        .with_path(path);
-  }
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::from_errno(errno, "read failed").with_path(path).with_range(done, out.size() - done);
-    }
-    if (n == 0) break;  // shrank while reading
-    done += static_cast<size_t>(n);
-  }
-  out.resize(done);
-  return out;
+  return read_small_regular_file(path, max_bytes, Symlinks::kRefuse);
 }
 
 Status replace_file_atomically(const std::string& path, std::string_view bytes, bool durable) {

@@ -123,19 +123,8 @@ Active& active() {
 }
 
 Result<std::string> read_config_text(const std::string& path, const std::string& what) {
-  Result<RegularFile> f = open_regular_file(path, Symlinks::kFollow, "configuration file");
-  if (!f.is_ok()) return bad(what, f.status().to_string());
-  if (f->size > kMaxConfigFileBytes) return bad(what, "larger than a configuration is (1 MiB)");
-  std::string text(static_cast<size_t>(f->size), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::read(f->fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return bad(what, std::string("cannot read: ") + std::strerror(errno));
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  text.resize(done);
+  Result<std::string> text = read_small_regular_file(path, kMaxConfigFileBytes, Symlinks::kFollow, "configuration file");
+  if (!text.is_ok()) return bad(what, text.status().to_string());
   return text;
 }
 

@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <new>
 
 namespace fastpersist {
 namespace {
@@ -71,6 +74,35 @@ Result<RegularFile> open_regular_file(const std::string& path, Symlinks symlinks
   if (!S_ISREG(f.st.st_mode)) return not_regular(f.st.st_mode, path, what);
   f.size = static_cast<uint64_t>(f.st.st_size);
   return f;
+}
+
+Result<std::string> read_small_regular_file(const std::string& path, size_t max_bytes, Symlinks symlinks,
+                                            const std::string& what) {
+  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, symlinks, what));
+  if (file.size > max_bytes) {
+    return Status(StatusCode::kDataLoss, what + " is larger than " + std::to_string(max_bytes) +
+                                             " bytes, more than this kind of file can be")
+        .with_path(path);
+  }
+  std::string out;
+  try {
+    out.resize(static_cast<size_t>(file.size));
+  } catch (const std::bad_alloc&) {
+    return Status::from_errno(ENOMEM, "cannot allocate " + std::to_string(file.size) + " bytes")
+        .with_path(path);
+  }
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(file.fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::from_errno(errno, "read failed").with_path(path).with_range(done, out.size() - done);
+    }
+    if (n == 0) break;  // shrank while reading
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
 }
 
 }  // namespace fastpersist
