@@ -49,7 +49,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
       \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \
          -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: all deps venv build python test test-cpp test-python example demo clean distclean \
+.PHONY: all deps venv build python test test-cpp test-python example demo bench clean distclean \
   sanitize $(SANITIZERS:%=sanitize-%) fuzz soak
 
 all: test
@@ -157,18 +157,29 @@ example: build
 
 # The main job: the environment report, DeepSpeedExamples' deepnvme/model_checkpoint benchmark
 # for a Hugging Face model built from its config (one `<tag> -- GB, secs, GB/s` line per save
-# mechanism; deepspeed is optional, its line says why it is skipped), then a save / load round
-# trip that checks the model's outputs, then the CheckpointManager benchmark (durable, checksummed
-# saves and verified loads against fio). bench/checkpoint_vs_fio.py and
-# bench/checkpoint_manager_bench.py --check check the targets.
+# mechanism; deepspeed is optional, its line says why it is skipped), a save / load round trip
+# that checks the model's outputs, then the peer table: every checkpoint library here and
+# fastpersist on the same tensors, against fio's limit (python -m fastpersist.bench peers; its
+# targets are checked by `make bench` / `peers --check`, not here).
 DEMO_MODEL ?= gpt2-large
 demo: build python $(STAMPS)/deepspeed-ops
 	@mkdir -p $(BENCH_DIR)
 	$(CLI) report --folder $(BENCH_DIR)
 	$(VENV_PY) -m fastpersist.bench model --model $(DEMO_MODEL) --folder $(BENCH_DIR)
 	$(VENV_PY) -m fastpersist.bench roundtrip --model $(DEMO_MODEL) --folder $(BENCH_DIR)
-	$(VENV_PY) bench/checkpoint_manager_bench.py --model $(DEMO_MODEL) --folder $(BENCH_DIR) \
-	  --rounds 1 --skip-overlap --no-verdicts
+	$(VENV_PY) -m fastpersist.bench peers --folder $(BENCH_DIR) --size $(PEERS_SIZE) --rounds 2 \
+	  --no-verdicts
+
+# The peer benchmark in full: PEERS_WORKLOAD=flat (PEERS_SIZE bytes) or a model name (with its
+# Adam state), PEERS_ROUNDS rounds, the targets with pass/FAIL, a bar chart in BENCH_DIR.
+PEERS_WORKLOAD ?= flat
+PEERS_SIZE     ?= 4GiB
+PEERS_ROUNDS   ?= 3
+bench: build python $(STAMPS)/deepspeed-ops
+	@mkdir -p $(BENCH_DIR)
+	$(VENV_PY) -m fastpersist.bench peers --folder $(BENCH_DIR) --workload $(PEERS_WORKLOAD) \
+	  --size $(PEERS_SIZE) --rounds $(PEERS_ROUNDS) --plot $(BENCH_DIR)/peers.png \
+	  --json $(BENCH_DIR)/peers.json
 
 clean:
 	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%) build-fuzz

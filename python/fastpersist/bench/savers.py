@@ -137,34 +137,54 @@ def test_ds_gds_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
                       skipped="GPUDirect Storage writes are not implemented yet")
 
 
-def deepspeed_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
-    """DeepSpeed's own FastFileWriter with the settings of DeepSpeedExamples' torch_save_utils."""
-    try:
-        # the ignores: import-not-found without deepspeed, import-untyped with it
-        from deepspeed.io import (  # type: ignore[import-not-found, import-untyped]
-            FastFileWriter, FastFileWriterConfig)
-        from deepspeed.ops.op_builder import (  # type: ignore[import-not-found, import-untyped]
-            AsyncIOBuilder)
-    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
-        return SaveResult("deepspeed_fast_save", 0, 0.0, skipped=f"deepspeed not importable ({e})")
-    _patch_deepspeed_utils_op()
-    if not AsyncIOBuilder().is_compatible():
-        return SaveResult("deepspeed_fast_save", 0, 0.0, skipped="DeepSpeed async_io op incompatible")
-    h = AsyncIOBuilder().load(verbose=False).aio_handle(8 * _MiB, 8, False, False, 1)
-    pinned = h.new_cpu_locked_tensor(s.io_buffer_mb * _MiB, torch.empty(0, dtype=torch.uint8))
+class DeepSpeedWriter:
+    """DeepSpeed's own FastFileWriter with the settings of DeepSpeedExamples' torch_save_utils:
+    one aio handle (8 MiB blocks, queue depth 8, one thread) and one pinned buffer, made once
+    and reused by every :meth:`save` (as a training job does). Raises RuntimeError saying why
+    where DeepSpeed cannot run."""
 
-    def run() -> None:
-        cfg = FastFileWriterConfig(dnvme_handle=h, pinned_tensor=pinned,
-                                   double_buffer=not s.single_io_buffer, num_parallel_writers=1,
-                                   writer_rank=0)
-        w = FastFileWriter(file_path=path, config=cfg)
-        torch.save(obj, w, **_torch_save_kwargs(s))
+    def __init__(self, io_buffer_mb: int = 64, double_buffer: bool = True) -> None:
+        try:
+            # the ignores: import-not-found without deepspeed, import-untyped with it
+            from deepspeed.io import (  # type: ignore[import-not-found, import-untyped]
+                FastFileWriter, FastFileWriterConfig)
+            from deepspeed.ops.op_builder import (  # type: ignore[import-not-found, import-untyped]
+                AsyncIOBuilder)
+        except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+            raise RuntimeError(f"deepspeed not importable ({e})") from e
+        _patch_deepspeed_utils_op()
+        if not AsyncIOBuilder().is_compatible():
+            raise RuntimeError("DeepSpeed async_io op incompatible")
+        self._writer, self._config = FastFileWriter, FastFileWriterConfig
+        self._double_buffer = double_buffer
+        self._handle = AsyncIOBuilder().load(verbose=False).aio_handle(8 * _MiB, 8, False, False, 1)
+        self._pinned = self._handle.new_cpu_locked_tensor(io_buffer_mb * _MiB,
+                                                          torch.empty(0, dtype=torch.uint8))
+
+    def save(self, obj: Any, path: str, **torch_save_kwargs: Any) -> None:
+        cfg = self._config(dnvme_handle=self._handle, pinned_tensor=self._pinned,
+                           double_buffer=self._double_buffer, num_parallel_writers=1, writer_rank=0)
+        w = self._writer(file_path=path, config=cfg)
+        torch.save(obj, w, **torch_save_kwargs)
         w.close()
 
+    def close(self) -> None:
+        if self._pinned is not None:
+            self._handle.free_cpu_locked_tensor(self._pinned)
+            self._pinned = None
+
+
+def deepspeed_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+    """DeepSpeed's own FastFileWriter (:class:`DeepSpeedWriter`), its set-up untimed."""
     try:
-        return _timed("deepspeed_fast_save", path, run)
+        writer = DeepSpeedWriter(s.io_buffer_mb, double_buffer=not s.single_io_buffer)
+    except RuntimeError as e:
+        return SaveResult("deepspeed_fast_save", 0, 0.0, skipped=str(e))
+    try:
+        return _timed("deepspeed_fast_save", path,
+                      lambda: writer.save(obj, path, **_torch_save_kwargs(s)))
     finally:
-        h.free_cpu_locked_tensor(pinned)
+        writer.close()
 
 
 class _TorchCastToByteTensor:
