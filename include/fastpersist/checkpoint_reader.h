@@ -101,10 +101,11 @@ class CheckpointReader {
   // capacity is smaller than its tensor. Requests without a destination are grouped per file into as
   // few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
   // rather than split); `spans[i]` and `offsets[i]` then locate request i's bytes
-  // (spans[i] == nullptr for requests with a destination). A destination that lines up with
-  // its tensor's file offset (address = offset mod 4096) is read into straight; any other
-  // goes through a ring of aligned slots and is copied from there (at most
-  // `max_in_flight_bytes` of slots when bounded, else 256 MiB). Every read is in flight at
+  // (spans[i] == nullptr for requests with a destination); a span is new memory, faulted in
+  // up front on every core and filled through the ring of slots below. A destination that
+  // lines up with its tensor's file offset (address = offset mod 4096) is read into straight;
+  // any other goes through a ring of aligned slots, taken from the process's pinned pool and
+  // copied from there (at most `max_in_flight_bytes` of slots when bounded, else 256 MiB). Every read is in flight at
   // once, bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination;
   // with `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
   // Raw tensors only: a compressed one is kInvalidArgument (load() and read_pieces decode).

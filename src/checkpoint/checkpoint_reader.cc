@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // CheckpointReader: tensors of a checkpoint read with parallel O_DIRECT, either into spans of
-// page-aligned memory (the caller wraps tensors around them without a copy) or into the
-// caller's memory (straight, when it lines up with the file; else through a ring of aligned
-// slots, staged_read.h); checksums checked as each read completes.
+// new page-aligned memory (the caller wraps tensors around them without a copy; filled through
+// the ring of aligned slots, staged_read.h) or into the caller's memory (straight, when it
+// lines up with the file; else through the same ring); checksums checked as the bytes arrive.
 #include "fastpersist/checkpoint_reader.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cerrno>
 #include <deque>
 #include <map>
@@ -17,6 +18,7 @@
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_read.h"
 #include "checkpoint/save_job.h"
+#include "checkpoint/load_plan.h"
 #include "checkpoint/staged_read.h"
 #include "common/align.h"
 #include "common/printable.h"
@@ -28,8 +30,7 @@ namespace fastpersist {
 namespace {
 
 constexpr uint64_t kReadAlignment = 4096;
-constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // later spans read while earlier verify
-constexpr size_t kSpansInFlight = 8;
+constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // one new buffer per span
 
 Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint64_t actual) {
   return Status(StatusCode::kDataLoss,
@@ -221,6 +222,35 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
   }
 
+  // Spans: new memory, faulted in up front on every core (prefault_load_memory), then filled
+  // through the staged ring with the unaligned destinations below (the pooled ring's warm slots
+  // take the O_DIRECT reads; the copy out of them and the checksums run on this thread). Reading
+  // O_DIRECT straight into the new pages instead faulted them in inside each read's submission,
+  // at 0.4 to 0.8 GB/s on the benchmark VM against 1.4 to 1.7 this way (docs/performance.md).
+  std::vector<checkpoint::StagedTarget> staged;
+  std::vector<size_t> staged_request;
+  std::vector<std::shared_ptr<PinnedBuffer>> fresh;
+  for (const SpanPlan& s : spans) {
+    const auto& [f, path] = files_.at(s.file);
+    uint64_t begin = align_down(s.begin, kReadAlignment);
+    uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
+    FP_ASSIGN_OR_RETURN(std::shared_ptr<PinnedBuffer> buffer, checkpoint::new_load_memory(end - begin));
+    auto span = std::make_shared<LoadedSpan>();
+    span->file = s.file;
+    span->file_offset = begin;
+    span->buffer = buffer;
+    for (size_t i : s.requests) {
+      const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+      std::byte* at = buffer->data() + (t.offset - begin);
+      out.spans[i] = span;
+      out.data[i] = at;
+      staged.push_back({path, f->size, t.offset, t.length, at});
+      staged_request.push_back(i);
+    }
+    fresh.push_back(std::move(buffer));
+  }
+  checkpoint::prefault_load_memory(fresh);
+
   std::deque<Pending> inflight;
   Status first;
   uint64_t direct_in_flight = 0;
@@ -242,7 +272,7 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (!verify || !first.is_ok()) return;
     for (size_t i : p.requests) {
       const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-            uint64_t actual = xxh3_64(out.data[i], t.length);
+      uint64_t actual = xxh3_64(out.data[i], t.length);
       if (actual != t.checksum) {
         first = checksum_mismatch(path_of(t), t, actual);
         return;
@@ -250,44 +280,8 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
   };
 
-  // Span reads go out a few at a time, in file order, so they complete in order and each is
-  // verified while the next ones are still being read (checksumming overlaps the device).
-  auto submit_span = [&](const SpanPlan& s) -> Status {
-    const auto& [f, path] = files_.at(s.file);
-    uint64_t begin = align_down(s.begin, kReadAlignment);
-    uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
-    FP_ASSIGN_OR_RETURN(PinnedBuffer buffer,
-                        PinnedBuffer::allocate(static_cast<size_t>(end - begin), /*lock_memory=*/false));
-    auto span = std::make_shared<LoadedSpan>();
-    span->file = s.file;
-    span->file_offset = begin;
-    span->buffer = std::make_shared<PinnedBuffer>(std::move(buffer));
-    IoRequest req;
-    req.kind = IoKind::kRead;
-    req.buffer = span->buffer->data();
-    req.length = end - begin;
-    req.path = path;
-    req.file_offset = begin;
-    FP_ASSIGN_OR_RETURN(IoTicket ticket, engine_->start(req));
-    for (size_t i : s.requests) {
-      out.spans[i] = span;
-      out.data[i] = span->buffer->data() + (manifest_.tensors[requests[i].tensor].offset - begin);
-    }
-    inflight.push_back({std::move(ticket), s.requests, 0});
-    return Status::ok();
-  };
-  for (size_t next = 0; next < spans.size() && first.is_ok();) {
-    while (next < spans.size() && inflight.size() < kSpansInFlight && first.is_ok()) {
-      Status st = submit_span(spans[next++]);
-      if (!st.is_ok()) first = st;
-    }
-    if (!inflight.empty()) finish_one();
-  }
-
   // Destinations: straight into the caller's memory when it lines up with the file for
   // O_DIRECT, else through the staged ring (staged_read.h) once the reads above are done.
-  std::vector<checkpoint::StagedTarget> staged;
-  std::vector<size_t> staged_request;
   for (size_t i = 0; i < requests.size() && first.is_ok(); ++i) {
     if (requests[i].destination == nullptr) continue;
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];

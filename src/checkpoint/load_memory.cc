@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "checkpoint/load_plan.h"
+#include "common/task_pool.h"
 #include "fastpersist/dtype.h"
 
 namespace fastpersist::checkpoint {
@@ -150,6 +151,25 @@ Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes, bool huge_
   constexpr uint64_t kHugePage = uint64_t{2} << 20;
   if (huge_pages && bytes >= kHugePage) (void)::madvise(b.data(), static_cast<size_t>(bytes), MADV_HUGEPAGE);
   return std::make_shared<PinnedBuffer>(std::move(b));
+}
+
+void prefault_load_memory(const std::vector<std::shared_ptr<PinnedBuffer>>& buffers) {
+  constexpr size_t kPieceBytes = size_t{16} << 20;
+  size_t pieces = 0;
+  for (const auto& b : buffers) pieces += (b->capacity() + kPieceBytes - 1) / kPieceBytes;
+  if (pieces == 0) return;
+  TaskPool pool(TaskPool::choose_threads(0, pieces));
+  TaskGroup group(pool);
+  for (const auto& b : buffers) {
+    for (size_t at = 0; at < b->capacity(); at += kPieceBytes) {
+      std::byte* p = b->data() + at;
+      size_t n = std::min(kPieceBytes, b->capacity() - at);
+      group.run([p, n] {
+        if (::madvise(p, n, MADV_POPULATE_WRITE) != 0) std::memset(p, 0, n);  // kernels before 5.14
+      });
+    }
+  }
+  group.wait();
 }
 
 OutputMemory output_of(const LoadDestination& d) {

@@ -75,9 +75,12 @@ class StagedReader {
     std::vector<Piece> pieces = plan_pieces(targets_, order, o_);
     if (pieces.empty()) return Status::ok();
     size_t slots = std::clamp<size_t>(o_.slots, 1, pieces.size());
+    // From the process's pool: a load after the first reuses warm, locked slots instead of
+    // faulting in fresh memory under its O_DIRECT reads (slow on a lazily backed VM).
     for (size_t s = 0; s < slots; ++s) {
-      FP_ASSIGN_OR_RETURN(PinnedBuffer b, PinnedBuffer::allocate(static_cast<size_t>(o_.slot_bytes), false));
-      free_.push_back(std::make_unique<PinnedBuffer>(std::move(b)));
+      FP_ASSIGN_OR_RETURN(std::shared_ptr<PinnedBuffer> b,
+                          default_pinned_pool().acquire(static_cast<size_t>(o_.slot_bytes)));
+      free_.push_back(std::move(b));
     }
     Status first;
     size_t next = 0;
@@ -96,12 +99,12 @@ class StagedReader {
  private:
   struct InFlight {
     const Piece* piece;
-    std::unique_ptr<PinnedBuffer> slot;
+    std::shared_ptr<PinnedBuffer> slot;
     IoTicket ticket;
   };
 
   Status submit(const Piece& p) {
-    std::unique_ptr<PinnedBuffer> slot = std::move(free_.back());
+    std::shared_ptr<PinnedBuffer> slot = std::move(free_.back());
     free_.pop_back();
     IoRequest req;
     req.kind = IoKind::kRead;
@@ -152,7 +155,7 @@ class StagedReader {
   IoEngine& engine_;
   const std::vector<StagedTarget>& targets_;
   const StagedReadOptions& o_;
-  std::vector<std::unique_ptr<PinnedBuffer>> free_;
+  std::vector<std::shared_ptr<PinnedBuffer>> free_;
   std::deque<InFlight> inflight_;
   // Pieces arrive in file order and a target's parts are consecutive, so one running hash does.
   Xxh3Stream hash_;

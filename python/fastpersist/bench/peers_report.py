@@ -10,6 +10,7 @@ import platform
 import re
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -230,8 +231,8 @@ def to_json(command: str, workload: str, nbytes: int, rounds: int, info: Dict[st
 
 def markdown_section(command: str, workload: str, nbytes: int, rounds: int,
                      info: Dict[str, str], rows: Dict[str, List[Row]]) -> str:
-    lines = [f"Workload: {workload}, {nbytes / GB:.2f} GB; {rounds} rounds, medians. "
-             f"Command: `{command}`", ""]
+    lines = [f"{time.strftime('%Y-%m-%d')}. Workload: {workload}, {nbytes / GB:.2f} GB; {rounds} "
+             f"rounds, medians. Command: `{command}`", ""]
     lines += [f"- {k}: {v}" for k, v in info.items()]
     lines += ["", tables(rows, fmt="markdown"), ""]
     return "\n".join(lines)
