@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Two builds' CheckpointManager loads, as a resume does them: each run is a new process that
 opens the root, drops the page cache, loads the checkpoint into new memory (`fresh`), then,
-with the cache dropped again, into those tensors (`into`, in place). Runs alternate A B B A ...
+with the cache dropped again, into those tensors (`into`, in place), then `fastpersist.load`s
+a torch.save file of the same tensors (written by fastpersist.save). Runs alternate A B B A ...
 between a baseline and a candidate interpreter (each with its own fastpersist installed) on
 one checkpoint, saved once by the candidate. With --hold each process first allocates and
 fills as many bytes as the checkpoint, as a training script that built its model does.
@@ -33,6 +34,7 @@ if mode == "save":
     state = {f"t{i}": torch.randn(16 << 20, generator=g) for i in range(max(1, n // (64 << 20)))}
     with fastpersist.CheckpointManager(root) as m:
         m.save("a", state)
+    fastpersist.save(state, root + ".pt")
     sys.exit()
 m = fastpersist.CheckpointManager(root)
 if sys.argv[3] != "0":  # hold as much memory as a built model of the checkpoint's size
@@ -43,7 +45,10 @@ t0 = time.perf_counter(); x = m.load("a"); fresh = time.perf_counter() - t0
 n = sum(t.numel() * t.element_size() for t in x.values())
 drop_all_caches()
 t0 = time.perf_counter(); m.load("a", into=x); into = time.perf_counter() - t0
-print(json.dumps({"fresh": n / 1e9 / fresh, "into": n / 1e9 / into}))
+del x
+drop_all_caches()
+t0 = time.perf_counter(); y = fastpersist.load(root + ".pt"); single = time.perf_counter() - t0
+print(json.dumps({"fresh": n / 1e9 / fresh, "into": n / 1e9 / into, "fastpersist.load": n / 1e9 / single}))
 """
 
 
@@ -72,10 +77,12 @@ def main() -> int:
                              text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         runs[build].append(r)
-        print(f"{build:9s} fresh {r['fresh']:.2f} GB/s, into {r['into']:.2f} GB/s", flush=True)
+        print(f"{build:9s} fresh {r['fresh']:.2f} GB/s, into {r['into']:.2f} GB/s, "
+              f"fastpersist.load {r['fastpersist.load']:.2f} GB/s", flush=True)
     shutil.rmtree(root, ignore_errors=True)
+    os.unlink(root + ".pt")
     print("\n| load | baseline GB/s | candidate GB/s | candidate / baseline |\n|---|---:|---:|---:|")
-    for k in ("fresh", "into"):
+    for k in ("fresh", "into", "fastpersist.load"):
         b = statistics.median(r[k] for r in runs["baseline"])
         c = statistics.median(r[k] for r in runs["candidate"])
         print(f"| {k} | {b:.2f} | {c:.2f} | {c / b:.2f} |")

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "checkpoint/load_plan.h"
-#include "common/task_pool.h"
+#include "common/prefault.h"
 #include "fastpersist/dtype.h"
 
 namespace fastpersist::checkpoint {
@@ -154,22 +154,10 @@ Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes, bool huge_
 }
 
 void prefault_load_memory(const std::vector<std::shared_ptr<PinnedBuffer>>& buffers) {
-  constexpr size_t kPieceBytes = size_t{16} << 20;
-  size_t pieces = 0;
-  for (const auto& b : buffers) pieces += (b->capacity() + kPieceBytes - 1) / kPieceBytes;
-  if (pieces == 0) return;
-  TaskPool pool(TaskPool::choose_threads(0, pieces));
-  TaskGroup group(pool);
-  for (const auto& b : buffers) {
-    for (size_t at = 0; at < b->capacity(); at += kPieceBytes) {
-      std::byte* p = b->data() + at;
-      size_t n = std::min(kPieceBytes, b->capacity() - at);
-      group.run([p, n] {
-        if (::madvise(p, n, MADV_POPULATE_WRITE) != 0) std::memset(p, 0, n);  // kernels before 5.14
-      });
-    }
-  }
-  group.wait();
+  std::vector<std::pair<std::byte*, size_t>> ranges;
+  ranges.reserve(buffers.size());
+  for (const auto& b : buffers) ranges.emplace_back(b->data(), b->capacity());
+  prefault_memory(ranges);
 }
 
 OutputMemory output_of(const LoadDestination& d) {

@@ -75,9 +75,8 @@ Status check_writable(std::vector<MemoryRange> ranges);
 // faults otherwise cost 40% of a decoding thread's time on the benchmark VM
 // (docs/compression.md); memory that O_DIRECT fills keeps ordinary pages (docs/performance.md).
 Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes, bool huge_pages = false);
-// Faults `buffers` in (MADV_POPULATE_WRITE, or writing zeros where the kernel lacks it) in
-// pieces spread over every core, before anything reads into them: new memory that the staged
-// ring then fills. Advice only: a piece that cannot be faulted in now is faulted in by its copy.
+// Faults `buffers` in on every core (prefault_memory) before anything reads into them: new
+// memory that the staged ring then fills.
 void prefault_load_memory(const std::vector<std::shared_ptr<PinnedBuffer>>& buffers);
 
 // A destination as the memory write_elements fills (contiguous strides spelled as empty).

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include "common/prefault.h"
+
 namespace fastpersist {
 
 Result<std::shared_ptr<PinnedBuffer>> read_whole_file(const std::string& path, IoEngine& engine) {
@@ -14,6 +16,7 @@ Result<std::shared_ptr<PinnedBuffer>> read_whole_file(const std::string& path, I
   auto size = static_cast<uint64_t>(st.st_size);
   FP_ASSIGN_OR_RETURN(PinnedBuffer buffer, PinnedBuffer::allocate(size, /*lock_memory=*/false));
   auto shared = std::make_shared<PinnedBuffer>(std::move(buffer));
+  prefault_memory({{shared->data(), shared->capacity()}});
   IoRequest r{IoKind::kRead, shared->data(), size, path, -1, 0};
   FP_ASSIGN_OR_RETURN(uint64_t done, engine.run(r));
   (void)done;
