@@ -32,7 +32,7 @@ import torch
 from .. import serialization
 from . import fio as fio_limit
 from .loaders import drop_all_caches, evict
-from .savers import DeepSpeedWriter
+from .savers import DeepSpeedWriter, reset_peak_rss, status_kib
 from .table import rotated
 from .workloads import Workload
 
@@ -83,34 +83,15 @@ def _cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _status_bytes(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def _reset_peak() -> Optional[int]:
-    """Resets the peak RSS (VmHWM) to the current RSS and returns that RSS, or None where /proc
-    does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _status_bytes("VmRSS")
-    except (OSError, KeyError):
-        return None
-
-
 def measure(case: Case) -> "tuple[Sample, Any]":
     case.before()
-    base = None if case.limit else _reset_peak()
+    base = None if case.limit else reset_peak_rss()
     cpu0 = _cpu_self()
     t0 = time.perf_counter()
     value = case.run()
     seconds = time.perf_counter() - t0
     cpu = _cpu_self() - cpu0
-    peak = None if base is None else max(0, _status_bytes("VmHWM") - base)
+    peak = None if base is None else max(0, status_kib("VmHWM") * 1024 - base)
     if case.limit:
         cpu = value.cpu_seconds
         seconds = value.seconds

@@ -98,18 +98,19 @@ def test_ds_aio_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
         return serialization.save(obj, path, use_legacy_format=not s.zipfile,
                                   io_buffer_mb=s.io_buffer_mb, single_io_buffer=s.single_io_buffer)
 
-    rss_before = _reset_peak_rss()
+    rss_before = reset_peak_rss()
     result = _timed("test_ds_aio_fast_save", path, run)
     if result.stats is not None and rss_before is not None:
         # Peak resident memory the save added: the pinned staging buffer (when the pool had
         # none yet) plus torch's pickle, whatever the checkpoint size.
-        result.stats["peak_rss_growth_bytes"] = max(0, _status_kib("VmHWM") * 1024 - rss_before)
+        result.stats["peak_rss_growth_bytes"] = max(0, status_kib("VmHWM") * 1024 - rss_before)
     if s.show_statistics and result.stats is not None:
         print(f"  fastpersist stats = {_format_stats(result.stats)}")
     return result
 
 
-def _status_kib(key: str) -> int:
+def status_kib(key: str) -> int:
+    """A field of /proc/self/status in KiB (VmRSS, VmHWM, ...)."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(key + ":"):
@@ -117,13 +118,13 @@ def _status_kib(key: str) -> int:
     raise KeyError(key)
 
 
-def _reset_peak_rss() -> Optional[int]:
+def reset_peak_rss() -> Optional[int]:
     """Resets the process's peak RSS (VmHWM) to its current RSS; returns that RSS in bytes, or
     None where /proc does not allow it (then no growth is reported)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _status_kib("VmRSS") * 1024
+        return status_kib("VmRSS") * 1024
     except (OSError, KeyError):
         return None
 
