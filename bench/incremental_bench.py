@@ -12,8 +12,11 @@ repository's documentation as bytes; nothing downloaded):
   optimizer's state.
 
 After a base checkpoint, each round trains --steps-per-save steps and then saves the same state
-twice, in an order that rotates: with a plain ``CheckpointManager`` (a full checkpoint) and with
-``CheckpointManager(incremental=True)`` (unchanged tensors stored as references to the base).
+once per mode (--modes), in an order that rotates: ``full``, a plain ``CheckpointManager``;
+``full-zstd``, the same compressed; ``incremental``, ``CheckpointManager(incremental=True)``
+(unchanged tensors stored as references to the base); ``xor-deltas``, the same with
+``xor_deltas=True`` (changed float tensors stored as zstd-compressed XORs with the base when
+that is smaller).
 Both are durable ``save_async`` calls on one folder, timed until the snapshot is taken (what a
 hooked optimizer waits for) and until committed.
 
@@ -47,7 +50,13 @@ from fastpersist.bench.table import aligned, medians
 GB = 1e9
 MB = 1e6
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("full", "incremental")
+# mode -> the manager's settings (besides the root).
+MODES: Dict[str, Dict[str, Any]] = {
+    "full": {},
+    "full-zstd": {"compression": "zstd"},
+    "incremental": {"incremental": True},
+    "xor-deltas": {"incremental": True, "xor_deltas": True},
+}
 
 
 def cpu_seconds() -> float:
@@ -123,33 +132,36 @@ def save_once(mgr: fastpersist.CheckpointManager, tag: str, state: Any) -> Dict[
     return out
 
 
-def measure_run(kind: str, a: argparse.Namespace, folder: Path) -> Dict[str, List[Dict[str, float]]]:
+def measure_run(kind: str, a: argparse.Namespace, folder: Path, modes: List[str]) -> Dict[str, List[Dict[str, float]]]:
     run = Run(kind, a.rank, a.lora_model if kind == "lora" else a.full_model)
-    roots = {m: folder / f"{kind}-{m}" for m in MODES}
+    roots = {m: folder / f"{kind}-{m}" for m in modes}
     for r in roots.values():
         shutil.rmtree(r, ignore_errors=True)
-    managers = {"full": fastpersist.CheckpointManager(roots["full"]),
-                "incremental": fastpersist.CheckpointManager(roots["incremental"], incremental=True,
-                                                              full_every=a.rounds + 2)}
-    results: Dict[str, List[Dict[str, float]]] = {m: [] for m in MODES}
+    managers = {}
+    for m in modes:
+        settings = dict(MODES[m])
+        if settings.get("incremental"):
+            settings["full_every"] = a.rounds + 2
+        managers[m] = fastpersist.CheckpointManager(roots[m], **settings)
+    results: Dict[str, List[Dict[str, float]]] = {m: [] for m in modes}
     try:
         run.train(1)
         state = run.state()
-        for m in MODES:
-            managers[m].save("base", state)  # the incremental manager's base
+        for m in modes:
+            managers[m].save("base", state)  # the incremental managers' base
         for r in range(a.rounds):
             t0 = time.perf_counter()
             loss = run.train(a.steps_per_save)
             state = run.state()
             print(f"# {kind} round {r + 1}: {a.steps_per_save} steps in {time.perf_counter() - t0:.1f} s, "
                   f"loss {loss:.3f}", file=sys.stderr)
-            order = MODES if r % 2 == 0 else MODES[::-1]
+            order = modes[r % len(modes):] + modes[:r % len(modes)]
             for m in order:
                 out = save_once(managers[m], f"r{r}", state)
                 results[m].append(out)
                 print(f"# {kind} round {r + 1} {m}: {out}", file=sys.stderr)
             # The rounds' checkpoints are not needed again; the bases stay.
-            for m in MODES:
+            for m in modes:
                 managers[m].remove(f"r{r}")
     finally:
         for mgr in managers.values():
@@ -169,18 +181,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--lora-model", default="gpt2-large", choices=sorted(Run.CONFIGS))
     p.add_argument("--full-model", default="gpt2", choices=sorted(Run.CONFIGS),
                    help="the full fine-tune's model (its AdamW state triples the checkpoint)")
+    p.add_argument("--modes", default="full,incremental,xor-deltas",
+                   help="comma-separated, the first is the reference: " + ", ".join(MODES))
     p.add_argument("--json", help="also write every measurement here")
     a = p.parse_args(argv)
+    modes = a.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        p.error(f"unknown mode(s): {', '.join(unknown)} (choose from {', '.join(MODES)})")
     folder = Path(a.folder) / "incremental-bench"
     folder.mkdir(parents=True, exist_ok=True)
     all_results: Dict[str, Any] = {}
     rows = []
     for kind in a.runs.split(","):
-        results = measure_run(kind, a, folder)
+        results = measure_run(kind, a, folder, modes)
         all_results[kind] = results
-        med = {m: medians(results[m]) for m in MODES}
-        full = med["full"]
-        for m in MODES:
+        med = {m: medians(results[m]) for m in modes}
+        full = med[modes[0]]
+        for m in modes:
             x = med[m]
             changed = x["changed"]
             rows.append([kind, m, f"{x['state_bytes'] / GB:.3f}", f"{changed / MB:.1f}",
@@ -192,8 +210,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     header = ["run", "mode", "state GB", "changed MB", "written MB", "written/changed", "save s",
               "speed-up", "CPU s/GB", "snapshot s", "vs full"]
     print(f"cores: {os.cpu_count()}, rounds: {a.rounds} (medians), {a.steps_per_save} training "
-          "steps between saves; speed-up = full save time / this save time, same round; "
-          "'vs full' = snapshot (blocking) time / the full save's")
+          f"steps between saves; speed-up = {modes[0]} save time / this save time, same round; "
+          f"'vs full' = snapshot (blocking) time / the {modes[0]} save's")
     print(aligned(header, rows))
     if a.json:
         with open(a.json, "w") as f:

@@ -81,6 +81,13 @@ struct CheckpointOptions : DataFileOptions {
   // full_every saves have passed since it (it counts), or when more than half the bytes changed.
   bool incremental = false;
   unsigned full_every = 10;             // 1: every save is full
+  // Incremental saves only: a changed float tensor whose previous version is in the base is
+  // stored as the byte-grouped, zstd-compressed XOR with it ("xor-zstd") when its first chunk
+  // comes out smaller that way (docs/incremental.md, "XOR deltas"); loads read the base's bytes
+  // to undo it. A save then references the base when the bytes it can take from there
+  // (unchanged, or a delta) are at least the others; an incremental save that still came out
+  // larger than half its base makes the next save full.
+  bool xor_deltas = false;
   // Tiers (tier.h, docs/tiers.md): each committed checkpoint a tier selects is copied there in
   // the background. A selected checkpoint stays pinned locally until it is there (retention
   // skips it; remove() is refused); off: only the one being copied is.

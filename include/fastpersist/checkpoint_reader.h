@@ -32,7 +32,8 @@
 namespace fastpersist {
 
 namespace checkpoint {
-struct LoadPlan;  // load_plan.h (private to the library)
+struct LoadPlan;        // load_plan.h (private to the library)
+class DeltaBaseBytes;   // delta_base.h (private to the library)
 }  // namespace checkpoint
 
 // Committed checkpoints under `root`, oldest to newest (manifest sequence, then tag). Directories
@@ -141,6 +142,8 @@ class CheckpointReader {
   const ManifestFile& file_of(const ManifestTensor& t) const { return *files_.at(t.file).first; }
   const std::string& path_of(const ManifestTensor& t) const { return files_.at(t.file).second; }
   Status check_encoding(const ManifestTensor& t) const;
+  // The base bytes of an XOR delta (t.delta_base set); null for any other tensor.
+  Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base_of(const ManifestTensor& t) const;
   // The stored bytes of `tensors` (compressed ones included) into `buffer` (grown when too
   // small, else reused: no fresh memory to fault in), one aligned read per tensor; `data[i]`
   // receives where tensor i's stored bytes start. Data headers checked when `verify_headers`,

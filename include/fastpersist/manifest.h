@@ -28,10 +28,25 @@ inline constexpr int kManifestFormatVersion = 2;
 inline constexpr int kManifestOldestFormatVersion = 1;
 inline constexpr std::string_view kManifestFormatName = "fastpersist-checkpoint";
 
-// How a tensor's bytes are stored in its file (format v2 `encoding`): raw, or a compressed
-// encoding (tensor_codec.h: "zstd", "lz4"). A manifest may name any encoding of the form
-// [a-z0-9_-]{1,64}; check_encoding_supported() is where readers refuse one they cannot decode.
+// How a tensor's bytes are stored in its file (format v2 `encoding`): raw, a compressed
+// encoding (tensor_codec.h: "zstd", "lz4"), or an XOR delta against the same tensor of the base
+// checkpoint ("xor-zstd", with ManifestTensor::delta_base). A manifest may name any encoding of
+// the form [a-z0-9_-]{1,64}; check_encoding_supported() is where readers refuse one they cannot
+// decode.
 inline constexpr std::string_view kEncodingRaw = "raw";
+
+// v2, incremental checkpoints: the stored bytes of an "xor-zstd" tensor are zstd frames of the
+// byte-grouped XOR of its raw bytes with those of the base's tensor, which lies here (docs/
+// format.md, "XOR deltas"). The base's bytes are raw, "zstd" or "lz4" (never a delta: chains
+// stay one step long) and hold exactly `length` raw bytes, whose checksum is `checksum`.
+struct DeltaBase {
+  std::string file;             // a `files` entry's name (a reference "<tag>/<name>" when saved)
+  uint64_t offset = 0;          // absolute byte offset in that file
+  uint64_t stored_length = 0;
+  std::string encoding = std::string(kEncodingRaw);
+  uint64_t checksum = 0;        // of the base's raw bytes
+  bool operator==(const DeltaBase&) const = default;
+};
 
 struct ManifestTensor {
   std::string name;
@@ -52,6 +67,8 @@ struct ManifestTensor {
   // v2, optional: XXH3-128 of the raw bytes, written by saves with incremental checkpoints on
   // (the hash an incremental save compares against its base's manifest). Absent: unknown.
   std::optional<ContentDigest> digest;
+  // v2, "xor-zstd" tensors only (and required by them): the base bytes the delta applies to.
+  std::optional<DeltaBase> delta_base;
 };
 
 struct ManifestFile {

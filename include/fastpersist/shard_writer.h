@@ -103,6 +103,17 @@ struct ShardWriteResult {
   double compress_seconds = 0;  // CPU time spent compressing, all worker threads together
 };
 
+// XOR deltas (docs/incremental.md, "XOR deltas"): where the bytes of one tensor's previous
+// version lie, in a committed checkpoint. A write planned with these stores a float tensor
+// (F16, BF16, F32, F64) as the byte-grouped, zstd-compressed XOR of its bytes with the base's
+// ("xor-zstd", ManifestTensor::delta_base) when its first chunk comes out smaller that way than
+// compressed alone (or than raw, by 5%, without compression); otherwise as it would be stored
+// without a base. The base's bytes are read (and decoded) from `path` while compressing.
+struct DeltaSource {
+  std::string path;  // the base's data file, resolved (no symbolic links on its way)
+  DeltaBase base;    // what the manifest records: `file` as the manifest names it
+};
+
 // A checked plan of which tensor goes into which data file at which offset (opaque).
 // Planning validates the tensors' descriptions without touching their bytes, so a caller can
 // reject a bad request at once and write it later (CheckpointManager plans in save_async and
@@ -148,6 +159,12 @@ class ShardWriter {
   // of at least min_file_bytes so they are written in parallel; no tensors, no files.
   // kInvalidArgument names the offending tensor (kUnavailable: a device tensor without CUDA).
   Result<ShardPlan> plan(const std::vector<TensorSource>& tensors) const;
+  // The same, with an XOR delta base for some tensors (`deltas[i]` for tensors[i]; the list is
+  // as long as `tensors`): the files that hold one are encoded even without compression.
+  // kInvalidArgument for a base on a tensor that is not a float, or of another length, or whose
+  // encoding is not raw, zstd or lz4.
+  Result<ShardPlan> plan(const std::vector<TensorSource>& tensors,
+                         const std::vector<std::optional<DeltaSource>>& deltas) const;
 
   // Writes `tensors` into new files in `directory` (which must exist) following `plan`, made by
   // plan() from the same list (kInvalidArgument when the list does not match it). The source

@@ -40,6 +40,11 @@ enum class Compression : uint8_t { kNone = 0, kZstd = 1, kLz4 = 2 };
 
 inline constexpr std::string_view kEncodingZstd = "zstd";
 inline constexpr std::string_view kEncodingLz4 = "lz4";
+// An XOR delta against the base checkpoint's tensor (manifest.h, DeltaBase): the frames and the
+// table are those of "zstd" (codec byte 1), over the byte-grouped XOR of the raw bytes with
+// the base's raw bytes, chunk by chunk. compression_of_encoding() does not map it: a reader
+// that does not apply the base refuses it instead of returning the XOR.
+inline constexpr std::string_view kEncodingXorZstd = "xor-zstd";
 
 // "none", "zstd", "lz4".
 std::string_view compression_name(Compression compression);
@@ -62,6 +67,9 @@ inline constexpr uint32_t kCodecChunkBytes = uint32_t{4} << 20;
 inline constexpr uint32_t kCodecMaxChunkBytes = uint32_t{64} << 20;  // what a reader accepts
 inline constexpr uint8_t kCodecTableVersion = 1;
 inline constexpr size_t kChunkTableTrailerBytes = 16;
+
+// dst[i] ^= src[i] for `bytes` bytes.
+void xor_into(std::byte* dst, const std::byte* src, size_t bytes);
 
 // Byte grouping of `bytes` bytes (a multiple of `width`, 1..16) from `src` into `dst`, and back.
 void group_bytes(const std::byte* src, size_t bytes, size_t width, std::byte* dst);

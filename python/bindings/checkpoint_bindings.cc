@@ -254,6 +254,7 @@ void bind_checkpoint(nb::module_& m) {
       .def_rw("compression_threads", &CheckpointOptions::compression_threads)
       .def_rw("incremental", &CheckpointOptions::incremental)
       .def_rw("full_every", &CheckpointOptions::full_every)
+      .def_rw("xor_deltas", &CheckpointOptions::xor_deltas)
       .def_rw("tiers", &CheckpointOptions::tiers)
       .def_rw("pin_until_drained", &CheckpointOptions::pin_until_drained)
       .def_prop_rw(

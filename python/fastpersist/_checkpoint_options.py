@@ -24,7 +24,7 @@ _COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_
            "compression_threads": "compression_threads", "full_every": "full_every",
            "save_every_steps": "save_every_steps"}
 _FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums",
-          "incremental": "incremental"}
+          "incremental": "incremental", "xor_deltas": "xor_deltas"}
 _ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
 
 # The codec's name and level: C++ parses the name and checks the level for the codec.

@@ -255,6 +255,10 @@ class CheckpointManager:
             never delete a base that a kept checkpoint references. See docs/incremental.md.
         full_every: with ``incremental``, every N-th save is a full checkpoint, the base of
             the next ones [10]; a save is also full when more than half of the bytes changed.
+        xor_deltas: with ``incremental``, a changed float tensor whose previous version is in
+            the base is stored as the byte-grouped, zstd-compressed XOR with it when that is
+            smaller [False]: a full fine-tune then writes the bits that moved, not every
+            tensor. Loads read the base's bytes to undo it. See docs/incremental.md.
         tiers: a list of :class:`fastpersist.Tier`: each committed checkpoint a tier selects
             is copied there in the background (verified on the way, committed there with the
             same protocol, the tier's own retention). A failed drain never fails a save: it is
@@ -298,6 +302,7 @@ class CheckpointManager:
         compression_threads: Optional[int] = None,
         incremental: Optional[bool] = None,
         full_every: Optional[int] = None,
+        xor_deltas: Optional[bool] = None,
         tiers: Optional[List[Tier]] = None,
         pin_until_drained: Optional[bool] = None,
         save_every_steps: Optional[int] = None,
@@ -316,7 +321,7 @@ class CheckpointManager:
                     "min_file_size": min_file_size, "durable": durable, "checksums": checksums,
                     "compression": compression, "compression_level": compression_level,
                     "compression_threads": compression_threads,
-                    "incremental": incremental, "full_every": full_every,
+                    "incremental": incremental, "full_every": full_every, "xor_deltas": xor_deltas,
                     "save_every_steps": save_every_steps, "save_every_seconds": save_every_seconds,
                     "backend": backend, "block_size": block_size, "queue_depth": queue_depth,
                     "intra_op_parallelism": intra_op_parallelism}

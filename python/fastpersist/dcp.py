@@ -135,7 +135,7 @@ class FastPersistWriter(StorageWriter):
                  metadata: Optional[Dict[str, Any]] = None, **settings: Any) -> None:
         super().__init__()
         # Incremental checkpoints are the single-process manager's (docs/incremental.md).
-        unknown = sorted(set(settings) - set(SETTINGS) - {"max_in_flight", "incremental", "full_every"})
+        unknown = sorted(set(settings) - set(SETTINGS) - {"max_in_flight", "incremental", "full_every", "xor_deltas"})
         if unknown:
             raise TypeError(f"fastpersist: FastPersistWriter got unknown setting(s): {', '.join(unknown)}")
         checkpoint_options(settings)  # checked now, built again in the process that writes

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/incremental.h"
 #include "checkpoint/commit_state.h"
 #include "checkpoint/materialize.h"
 #include "checkpoint/pending_save.h"
@@ -113,6 +114,11 @@ struct CheckpointManager::Impl : CommitHost {
           saves_since_base = 0;
         } else {
           ++saves_since_base;
+          // XOR deltas are sized only once written: one larger than half its base says the
+          // base has aged, so the next save is full (a fresh base).
+          if (options.xor_deltas && 2 * checkpoint::own_stored_bytes(*committed) > checkpoint::own_stored_bytes(*base.manifest)) {
+            saves_since_base = options.full_every;
+          }
         }
       }
       {
@@ -396,6 +402,9 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   if (options.max_in_flight == 0) return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
   if (options.full_every == 0) {
     return Status(StatusCode::kInvalidArgument, "full_every must be at least 1 (1: every save is full)");
+  }
+  if (options.xor_deltas && !options.incremental) {
+    return Status(StatusCode::kInvalidArgument, "xor_deltas needs incremental=True (a delta is taken against the base)");
   }
   FP_RETURN_IF_ERROR(checkpoint::check_tiers(root, options.tiers));
   FP_RETURN_IF_ERROR(options.save_policy.validate());

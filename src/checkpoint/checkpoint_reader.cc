@@ -94,6 +94,12 @@ CheckpointReader::CheckpointReader(std::string dir, Manifest manifest, std::shar
   }
 }
 
+Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> CheckpointReader::delta_base_of(
+    const ManifestTensor& t) const {
+  if (!t.delta_base) return std::shared_ptr<const checkpoint::DeltaBaseBytes>();
+  return checkpoint::DeltaBaseBytes::open(t, files_.at(t.delta_base->file).second);
+}
+
 Status CheckpointReader::check_encoding(const ManifestTensor& t) const {
   Status st = check_encoding_supported(t);
   if (st.is_ok()) return st;
@@ -362,6 +368,7 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
   std::unique_ptr<checkpoint::FrameStream> frames;
   if (t.encoding != kEncodingRaw) {
     FP_ASSIGN_OR_RETURN(ChunkTable table, checkpoint::read_chunk_table(path, t));
+    FP_ASSIGN_OR_RETURN(std::shared_ptr<const checkpoint::DeltaBaseBytes> base, delta_base_of(t));
     frames = std::make_unique<checkpoint::FrameStream>(
         t, std::move(table), [&](uint64_t offset, const std::byte* data, size_t size) -> Status {
           for (size_t done = 0; done < size;) {
@@ -371,7 +378,8 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
             done += n;
           }
           return Status::ok();
-        });
+        },
+        std::move(base));
   }
   auto consume = [&](uint64_t pos, const std::byte* data, size_t size) -> Status {
     if (frames) return frames->feed(data, size);

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "checkpoint/delta_base.h"
 #include "checkpoint/staging_copy.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
@@ -42,10 +43,13 @@ struct Chunk {
   const std::byte* raw = nullptr;
   std::shared_ptr<WindowHold> window;
   bool considered = false;  // whether to compress has been decided
-  bool compress = false;
+  bool compress = false;    // with the file's codec
+  bool try_xor = false;     // as an XOR delta against the tensor's base
   // Written by the compression task, read after `ready` (under the writer's mutex).
   std::unique_ptr<std::byte[]> frame;
   size_t frame_bytes = 0;
+  std::unique_ptr<std::byte[]> xor_frame;
+  size_t xor_frame_bytes = 0;
   Status status;
   double seconds = 0;
   bool ready = false;
@@ -55,6 +59,7 @@ struct Chunk {
 struct TensorOut {
   bool decided = false;
   Compression encoding = Compression::kNone;
+  bool xor_delta = false;  // encoding is then kZstd
   uint64_t offset = 0;
   std::vector<uint32_t> frames;
 };
@@ -162,6 +167,9 @@ class EncodedWriter {
         fd_(fd),
         chunk_bytes_(static_cast<uint32_t>(std::min<size_t>(kCodecChunkBytes, a.pool->window_bytes()))),
         frame_capacity_(chunk_frame_bound(a.compression, chunk_bytes_)),
+        xor_frame_capacity_(chunk_frame_bound(Compression::kZstd, chunk_bytes_)),
+        xor_level_(a.compression == Compression::kZstd ? a.compression_level
+                                                       : default_compression_level(Compression::kZstd)),
         max_ahead_(std::max<size_t>(4, 2 * std::max<size_t>(a.compressors->threads(), 1))),
         tasks_(*a.compressors),
         output_(*a.engine, fd, file_.encoded_header_bytes),
@@ -175,6 +183,7 @@ class EncodedWriter {
   }
 
   Status run() {
+    FP_RETURN_IF_ERROR(open_bases());
     Status st = pipeline();
     tasks_.wait();
     if (!st.is_ok()) return output_.settle(st);
@@ -187,6 +196,25 @@ class EncodedWriter {
  private:
   const TensorSource& source(size_t slot) const { return (*a_.sources)[file_.tensors[slot]]; }
   bool filled_all() const { return fill_slot_ >= file_.tensors.size(); }
+
+  // The bases of the file's XOR delta candidates (DeltaSource), opened once.
+  Status open_bases() {
+    bases_.resize(file_.tensors.size());
+    if (a_.deltas == nullptr) return Status::ok();
+    for (size_t slot = 0; slot < file_.tensors.size(); ++slot) {
+      const std::optional<DeltaSource>& d = (*a_.deltas)[file_.tensors[slot]];
+      const TensorSource& src = source(slot);
+      if (!d || src.nbytes < kMinEncodedTensorBytes) continue;
+      ManifestTensor delta;
+      delta.name = src.name;
+      delta.dtype = src.dtype;
+      delta.shape = src.shape;
+      delta.length = src.nbytes;
+      delta.delta_base = d->base;
+      FP_ASSIGN_OR_RETURN(bases_[slot], DeltaBaseBytes::open(delta, d->path));
+    }
+    return Status::ok();
+  }
 
   Status pipeline() {
     while (true) {
@@ -256,26 +284,47 @@ class EncodedWriter {
       Chunk& c = *chunks_[considered_];
       c.considered = true;
       const TensorOut& t = tensors_[c.slot];
-      c.compress = c.raw_bytes > 0 && source(c.slot).nbytes >= kMinEncodedTensorBytes &&
-                   !(t.decided && t.encoding == Compression::kNone);
-      if (!c.compress) continue;
+      const bool encodable = c.raw_bytes > 0 && source(c.slot).nbytes >= kMinEncodedTensorBytes;
+      // Before the tensor's first chunk is decided, its chunks try every candidate encoding;
+      // afterwards only the one chosen.
+      c.compress = encodable && a_.compression != Compression::kNone &&
+                   (!t.decided || (t.encoding != Compression::kNone && !t.xor_delta));
+      c.try_xor = encodable && bases_[c.slot] != nullptr && (!t.decided || t.xor_delta);
+      if (!c.compress && !c.try_xor) continue;
       ++compressing_;
-      if (free_frames_.empty()) {
-        c.frame.reset(new std::byte[frame_capacity_]);
-      } else {
-        c.frame = std::move(free_frames_.back());
-        free_frames_.pop_back();
-      }
+      if (c.compress) c.frame = take_buffer(free_frames_, frame_capacity_);
+      if (c.try_xor) c.xor_frame = take_buffer(free_xor_frames_, xor_frame_capacity_);
       const size_t width = *safetensors_dtype_size(source(c.slot).dtype);
-      tasks_.run([this, &c, width] {
+      const DeltaBaseBytes* base = bases_[c.slot].get();
+      tasks_.run([this, &c, width, base] {
         thread_local ChunkCodec codec;
+        thread_local std::vector<std::byte> delta;
         auto t0 = std::chrono::steady_clock::now();
-        Result<size_t> n = codec.encode(a_.compression, a_.compression_level, width, c.raw, c.raw_bytes,
-                                        c.frame.get(), frame_capacity_);
+        Status st;
+        size_t frame_bytes = 0, xor_frame_bytes = 0;
+        if (c.compress) {
+          Result<size_t> n = codec.encode(a_.compression, a_.compression_level, width, c.raw, c.raw_bytes,
+                                          c.frame.get(), frame_capacity_);
+          if (n.is_ok()) frame_bytes = *n;
+          else st = n.status();
+        }
+        if (c.try_xor && st.is_ok()) {
+          // The base's bytes of this chunk, XORed with the new ones (the staged bytes stay).
+          delta.resize(c.raw_bytes);
+          st = base->read(c.raw_pos, c.raw_bytes, delta.data());
+          if (st.is_ok()) {
+            xor_into(delta.data(), c.raw, c.raw_bytes);
+            Result<size_t> n = codec.encode(Compression::kZstd, xor_level_, width, delta.data(), c.raw_bytes,
+                                            c.xor_frame.get(), xor_frame_capacity_);
+            if (n.is_ok()) xor_frame_bytes = *n;
+            else st = n.status();
+          }
+        }
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::lock_guard lock(mu_);
-        if (n.is_ok()) c.frame_bytes = *n;
-        else c.status = n.status();
+        c.frame_bytes = frame_bytes;
+        c.xor_frame_bytes = xor_frame_bytes;
+        c.status = st;
         c.seconds = seconds;
         c.ready = true;
         ready_.notify_all();
@@ -286,7 +335,8 @@ class EncodedWriter {
   // Appends the oldest chunk to the file (its frame or its raw bytes).
   Status emit_front() {
     Chunk& c = *chunks_.front();
-    if (c.compress) {
+    const bool encoded = c.compress || c.try_xor;
+    if (encoded) {
       std::unique_lock lock(mu_);
       ready_.wait(lock, [&] { return c.ready; });
       lock.unlock();
@@ -298,11 +348,18 @@ class EncodedWriter {
     if (c.raw_pos == 0) {
       t.decided = true;
       t.offset = output_.position();
-      // Worth it when the first chunk shrinks by 5% or more: raw >= 1.05 x frame.
+      // Compressing is worth it when the first chunk shrinks by 5% or more: raw >= 1.05 x
+      // frame. An XOR delta, when it is smaller still than what would be stored without it.
       bool shrinks = c.compress && uint64_t{c.frame_bytes} * 105 <= uint64_t{c.raw_bytes} * 100;
-      t.encoding = shrinks ? a_.compression : Compression::kNone;
+      uint64_t otherwise = shrinks ? c.frame_bytes : c.raw_bytes;
+      bool delta_shrinks = c.try_xor && uint64_t{c.xor_frame_bytes} * 105 <= uint64_t{c.raw_bytes} * 100;
+      t.xor_delta = delta_shrinks && c.xor_frame_bytes < otherwise;
+      t.encoding = t.xor_delta ? Compression::kZstd : shrinks ? a_.compression : Compression::kNone;
     }
-    if (t.encoding != Compression::kNone) {
+    if (t.xor_delta) {
+      FP_RETURN_IF_ERROR(output_.append(c.xor_frame.get(), c.xor_frame_bytes).with_path(a_.path));
+      t.frames.push_back(static_cast<uint32_t>(c.xor_frame_bytes));
+    } else if (t.encoding != Compression::kNone) {
       FP_RETURN_IF_ERROR(output_.append(c.frame.get(), c.frame_bytes).with_path(a_.path));
       t.frames.push_back(static_cast<uint32_t>(c.frame_bytes));
     } else if (c.raw_bytes > 0) {
@@ -316,13 +373,27 @@ class EncodedWriter {
       t.frames.clear();
       t.frames.shrink_to_fit();
     }
-    if (c.compress) {
-      --compressing_;
-      free_frames_.push_back(std::move(c.frame));
-    }
+    if (encoded) --compressing_;
+    if (c.frame) free_frames_.push_back(std::move(c.frame));
+    if (c.xor_frame) free_xor_frames_.push_back(std::move(c.xor_frame));
     chunks_.pop_front();  // may give its window back to the pool
     --considered_;
     return Status::ok();
+  }
+
+  static std::unique_ptr<std::byte[]> take_buffer(std::vector<std::unique_ptr<std::byte[]>>& free, size_t bytes) {
+    if (free.empty()) return std::unique_ptr<std::byte[]>(new std::byte[bytes]);
+    std::unique_ptr<std::byte[]> b = std::move(free.back());
+    free.pop_back();
+    return b;
+  }
+
+  // The header's "fastpersist.encoding": the file's codec, and "xor-zstd" when it holds deltas.
+  std::string file_encoding() const {
+    const bool deltas = std::any_of(tensors_.begin(), tensors_.end(), [](const TensorOut& t) { return t.xor_delta; });
+    if (a_.compression == Compression::kNone) return deltas ? std::string(kEncodingXorZstd) : "none";
+    std::string name(compression_name(a_.compression));
+    return deltas ? name + "," + std::string(kEncodingXorZstd) : name;
   }
 
   // The real header, padded into the room reserved for it, written at offset 0.
@@ -339,6 +410,7 @@ class EncodedWriter {
       s.offset = tensors_[k].offset;
       s.length = next - s.offset;
       s.encoding = tensors_[k].encoding;
+      s.xor_delta = tensors_[k].xor_delta;
       if (s.encoding == Compression::kNone) {
         entries.push_back({src.name, src.dtype, src.shape});
       } else {
@@ -349,7 +421,7 @@ class EncodedWriter {
     FP_ASSIGN_OR_RETURN(std::string header,
                         encode_safetensors_header(entries,
                                                   {{"format", "pt"},
-                                                   {"fastpersist.encoding", std::string(compression_name(a_.compression))}},
+                                                   {"fastpersist.encoding", file_encoding()}},
                                                   8, &layout));
     for (size_t k = 0; k < entries.size(); ++k) {
       if (data_start + layout.tensors[k].begin != out_->stored[k].offset) {
@@ -378,10 +450,13 @@ class EncodedWriter {
   const int fd_;
   const uint32_t chunk_bytes_;
   const size_t frame_capacity_;
+  const size_t xor_frame_capacity_;
+  const int xor_level_;
   const size_t max_ahead_;
   TaskGroup tasks_;
   OutputStream output_;
   std::vector<TensorOut> tensors_;
+  std::vector<std::shared_ptr<const DeltaBaseBytes>> bases_;  // per slot: XOR delta candidates
 
   // Staging.
   size_t fill_slot_ = 0;
@@ -394,6 +469,7 @@ class EncodedWriter {
   size_t considered_ = 0;
   size_t compressing_ = 0;
   std::vector<std::unique_ptr<std::byte[]>> free_frames_;
+  std::vector<std::unique_ptr<std::byte[]>> free_xor_frames_;
   std::mutex mu_;
   std::condition_variable ready_;
 };

@@ -39,14 +39,15 @@ std::string tensor_place(const ManifestTensor& t) {
 }
 
 Result<EncodedTensor> encoded_tensor(const ManifestTensor& t) {
-  std::optional<Compression> c = compression_of_encoding(t.encoding);
-  if (!c) {
+  const bool xor_delta = t.encoding == kEncodingXorZstd;
+  std::optional<Compression> c = xor_delta ? Compression::kZstd : compression_of_encoding(t.encoding);
+  if (!c || (xor_delta && !t.delta_base)) {
     Status st = check_encoding_supported(t);
     return st.is_ok() ? Status(StatusCode::kInternal, tensor_place(t) + ": encoding without a codec") : st;
   }
   std::optional<size_t> width = safetensors_dtype_size(t.dtype);
   if (!width) return Status(StatusCode::kDataLoss, tensor_place(t) + " has an unknown dtype");
-  return EncodedTensor{*c, *width};
+  return EncodedTensor{*c, *width, xor_delta};
 }
 
 Result<ChunkTable> chunk_table_in_memory(const ManifestTensor& t, const std::byte* stored) {
@@ -89,21 +90,37 @@ Result<ChunkTable> read_chunk_table(const std::string& path, const ManifestTenso
   return parsed;
 }
 
-Status ParallelDecode::add(const ManifestTensor& t, const std::byte* stored, std::byte* raw) {
+Status ParallelDecode::add(const ManifestTensor& t, const std::byte* stored, std::byte* raw,
+                           std::shared_ptr<const DeltaBaseBytes> base) {
+  FP_ASSIGN_OR_RETURN(EncodedTensor e, encoded_tensor(t));
+  if (e.xor_delta && !base) return Status(StatusCode::kInternal, tensor_place(t) + ": an XOR delta without its base");
   FP_ASSIGN_OR_RETURN(ChunkTable table, chunk_table_in_memory(t, stored));
   const size_t width = table.width;
   auto shared = std::make_shared<ChunkTable>(std::move(table));
   for (size_t k = 0; k < shared->chunks(); ++k) {
-    group_.run([this, &t, shared, k, width, stored, raw] {
+    group_.run([this, &t, shared, k, width, stored, raw, base] {
       thread_local ChunkCodec codec;
+      thread_local std::vector<std::byte> delta;
       const uint64_t begin = shared->frame_offsets[k];
       const uint64_t raw_at = uint64_t{shared->chunk_bytes} * k;
-      Status st = codec.decode(shared->compression, width, stored + begin,
-                               static_cast<size_t>(shared->frame_offsets[k + 1] - begin), raw + raw_at,
-                               static_cast<size_t>(shared->chunk_raw_bytes(k, t.length)));
+      const size_t raw_bytes = static_cast<size_t>(shared->chunk_raw_bytes(k, t.length));
+      const size_t frame_bytes = static_cast<size_t>(shared->frame_offsets[k + 1] - begin);
+      Status st;
+      if (base) {
+        st = base->read(raw_at, raw_bytes, raw + raw_at);
+        if (st.is_ok()) {
+          delta.resize(raw_bytes);
+          Status d = codec.decode(shared->compression, width, stored + begin, frame_bytes, delta.data(), raw_bytes);
+          if (d.is_ok()) xor_into(raw + raw_at, delta.data(), raw_bytes);
+          else st = chunk_damaged(t, k, d);
+        }
+      } else {
+        st = codec.decode(shared->compression, width, stored + begin, frame_bytes, raw + raw_at, raw_bytes);
+        if (!st.is_ok()) st = chunk_damaged(t, k, st);
+      }
       if (!st.is_ok()) {
         std::lock_guard lock(mu_);
-        if (first_.is_ok()) first_ = chunk_damaged(t, k, st);
+        if (first_.is_ok()) first_ = st;
       }
     });
   }
@@ -116,8 +133,9 @@ Status ParallelDecode::wait() {
   return first_;
 }
 
-FrameStream::FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink)
-    : t_(t), table_(std::move(table)), width_(table_.width), sink_(std::move(sink)) {}
+FrameStream::FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink,
+                         std::shared_ptr<const DeltaBaseBytes> base)
+    : t_(t), table_(std::move(table)), width_(table_.width), sink_(std::move(sink)), base_(std::move(base)) {}
 
 Status FrameStream::feed(const std::byte* data, size_t n) {
   while (n > 0) {
@@ -143,7 +161,14 @@ Status FrameStream::decode_frame() {
   Status st = codec_.decode(table_.compression, width_, frame_.data(), frame_.size(), raw_.get(), raw_bytes);
   frame_.clear();
   if (!st.is_ok()) return chunk_damaged(t_, k, st);
-  return sink_(uint64_t{table_.chunk_bytes} * k, raw_.get(), raw_bytes);
+  const uint64_t raw_at = uint64_t{table_.chunk_bytes} * k;
+  if (t_.encoding == kEncodingXorZstd) {
+    if (!base_) return Status(StatusCode::kInternal, tensor_place(t_) + ": an XOR delta without its base");
+    if (!base_raw_) base_raw_.reset(new std::byte[table_.chunk_bytes]);
+    FP_RETURN_IF_ERROR(base_->read(raw_at, raw_bytes, base_raw_.get()));
+    xor_into(raw_.get(), base_raw_.get(), raw_bytes);
+  }
+  return sink_(raw_at, raw_.get(), raw_bytes);
 }
 
 Status FrameStream::finish() const {

@@ -7,6 +7,9 @@
 //    soon as it is complete, its raw bytes handed on in order; memory stays at one frame and
 //    one chunk whatever the tensor's size (what verify and a memory-bounded load do).
 //
+// An XOR delta ("xor-zstd") decodes like "zstd" and is then XORed with its base's raw bytes
+// (delta_base.h), which both take: without a base such a tensor is refused.
+//
 // Stored bytes are untrusted: every error is kDataLoss naming the tensor, its file and chunk.
 #pragma once
 
@@ -18,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/delta_base.h"
 #include "common/task_pool.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/status.h"
@@ -29,6 +33,7 @@ namespace fastpersist::checkpoint {
 struct EncodedTensor {
   Compression compression = Compression::kNone;
   size_t width = 1;
+  bool xor_delta = false;  // "xor-zstd": the frames hold the XOR with the base
 };
 Result<EncodedTensor> encoded_tensor(const ManifestTensor& t);
 
@@ -45,8 +50,11 @@ class ParallelDecode {
  public:
   explicit ParallelDecode(TaskPool& pool) : pool_(pool), group_(pool) {}
   // Queues every chunk of `t` (stored bytes at `stored`, raw bytes to `raw`, t.length of
-  // them). A table that does not parse is returned at once; decoding errors by wait().
-  Status add(const ManifestTensor& t, const std::byte* stored, std::byte* raw);
+  // them); an XOR delta needs `base` (each chunk reads its base bytes into `raw`, then XORs the
+  // decoded frame into them). A table that does not parse is returned at once; decoding errors
+  // by wait().
+  Status add(const ManifestTensor& t, const std::byte* stored, std::byte* raw,
+             std::shared_ptr<const DeltaBaseBytes> base = nullptr);
   // Waits for every queued chunk; the first error.
   Status wait();
 
@@ -61,7 +69,9 @@ class FrameStream {
  public:
   // `sink(raw_offset, data, size)` receives the raw bytes in order, one chunk at a time.
   using Sink = std::function<Status(uint64_t offset, const std::byte* data, size_t size)>;
-  FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink);
+  // An XOR delta needs `base`: each chunk is XORed with its base bytes before the sink sees it.
+  FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink,
+              std::shared_ptr<const DeltaBaseBytes> base = nullptr);
   // The next `n` stored bytes (bytes past the frames, the table, are skipped).
   Status feed(const std::byte* data, size_t n);
   // After the last byte: kDataLoss when a frame is still incomplete.
@@ -74,11 +84,13 @@ class FrameStream {
   const ChunkTable table_;
   const size_t width_;
   Sink sink_;
+  std::shared_ptr<const DeltaBaseBytes> base_;
   ChunkCodec codec_;
   uint64_t stored_pos_ = 0;   // stored bytes fed so far
   size_t next_chunk_ = 0;
   std::vector<std::byte> frame_;  // the bytes of frame next_chunk_ so far
   std::unique_ptr<std::byte[]> raw_;
+  std::unique_ptr<std::byte[]> base_raw_;  // XOR deltas: the base bytes of the chunk
 };
 
 }  // namespace fastpersist::checkpoint

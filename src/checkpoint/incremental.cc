@@ -6,7 +6,11 @@
 #include <set>
 #include <unordered_map>
 
+#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/encoded_file_writer.h"
 #include "common/task_pool.h"
+#include "fastpersist/dtype.h"
+#include "fastpersist/tensor_codec.h"
 
 namespace fastpersist::checkpoint {
 
@@ -37,9 +41,11 @@ std::vector<std::optional<ContentDigest>> digest_tensors(const std::vector<Tenso
 }
 
 BaseMatch match_base(const std::vector<TensorSource>& tensors,
-                     const std::vector<std::optional<ContentDigest>>& digests, const Manifest& base) {
+                     const std::vector<std::optional<ContentDigest>>& digests, const Manifest& base,
+                     bool xor_deltas) {
   BaseMatch match;
   match.base_index.resize(tensors.size());
+  match.delta_index.resize(tensors.size());
   std::unordered_map<std::string_view, size_t> by_name;
   by_name.reserve(base.tensors.size());
   for (size_t i = 0; i < base.tensors.size(); ++i) by_name.emplace(base.tensors[i].name, i);
@@ -47,21 +53,44 @@ BaseMatch match_base(const std::vector<TensorSource>& tensors,
     const TensorSource& t = tensors[i];
     auto it = by_name.find(t.name);
     bool same = false;
-    if (it != by_name.end() && i < digests.size() && digests[i]) {
+    bool previous = false;  // the base holds this tensor's previous version, in its own file
+    if (it != by_name.end()) {
       const ManifestTensor& b = base.tensors[it->second];
       const ManifestFile* file = base.find_file(b.file);
-      same = b.digest && *b.digest == *digests[i] && b.dtype == t.dtype && b.shape == t.shape &&
-             b.length == t.nbytes && b.global_shape.empty() && file != nullptr &&
-             referenced_checkpoint(*file).empty();
+      previous = b.dtype == t.dtype && b.shape == t.shape && b.length == t.nbytes && b.global_shape.empty() &&
+                 file != nullptr && referenced_checkpoint(*file).empty();
+      same = previous && i < digests.size() && digests[i] && b.digest && *b.digest == *digests[i];
     }
     if (same) {
       match.base_index[i] = it->second;
       match.referenced_bytes += t.nbytes;
-    } else {
-      match.changed_bytes += t.nbytes;
+      continue;
+    }
+    match.changed_bytes += t.nbytes;
+    const DtypeInfo* dtype = find_dtype(t.dtype);
+    const ManifestTensor* b = previous ? &base.tensors[it->second] : nullptr;
+    if (xor_deltas && b != nullptr && dtype != nullptr && dtype->kind == DtypeKind::kFloat &&
+        t.nbytes >= kMinEncodedTensorBytes && compression_of_encoding(b->encoding)) {
+      match.delta_index[i] = it->second;
+      match.delta_bytes += t.nbytes;
     }
   }
   return match;
+}
+
+Result<DeltaSource> delta_source(const Manifest& base, const std::string& base_tag, const std::string& base_dir,
+                                 size_t index) {
+  const ManifestTensor& b = base.tensors[index];
+  const ManifestFile* file = base.find_file(b.file);
+  if (file == nullptr) return Status(StatusCode::kInternal, "the base tensor's file is not listed");
+  DeltaSource d;
+  FP_ASSIGN_OR_RETURN(d.path, resolve_manifest_file(base_dir, *file));
+  d.base.file = base_tag + "/" + b.file;
+  d.base.offset = b.offset;
+  d.base.stored_length = b.stored_length;
+  d.base.encoding = b.encoding;
+  d.base.checksum = b.checksum;
+  return d;
 }
 
 ManifestTensor referenced_tensor(const Manifest& base, const std::string& base_tag, size_t index) {
@@ -70,14 +99,27 @@ ManifestTensor referenced_tensor(const Manifest& base, const std::string& base_t
   return t;
 }
 
+uint64_t own_stored_bytes(const Manifest& m) {
+  uint64_t total = 0;
+  for (const ManifestTensor& t : m.tensors) {
+    const ManifestFile* f = m.find_file(t.file);
+    if (f != nullptr && referenced_checkpoint(*f).empty()) total += t.stored_length;
+  }
+  return total;
+}
+
 std::vector<ManifestFile> referenced_files(const Manifest& base, const std::string& base_tag,
                                            const std::vector<ManifestTensor>& tensors) {
   std::set<std::string_view> used;
   const std::string prefix = base_tag + "/";
-  for (const ManifestTensor& t : tensors) {
-    if (t.file.size() > prefix.size() && t.file.compare(0, prefix.size(), prefix) == 0) {
-      used.insert(std::string_view(t.file).substr(prefix.size()));
+  auto note = [&](const std::string& file) {
+    if (file.size() > prefix.size() && file.compare(0, prefix.size(), prefix) == 0) {
+      used.insert(std::string_view(file).substr(prefix.size()));
     }
+  };
+  for (const ManifestTensor& t : tensors) {
+    note(t.file);
+    if (t.delta_base) note(t.delta_base->file);  // an XOR delta reads its base's bytes there
   }
   std::vector<ManifestFile> out;
   for (const ManifestFile& f : base.files) {

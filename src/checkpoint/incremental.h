@@ -18,6 +18,7 @@
 
 #include "fastpersist/checksum.h"
 #include "fastpersist/manifest.h"
+#include "fastpersist/shard_writer.h"
 #include "fastpersist/tensor_source.h"
 
 namespace fastpersist::checkpoint {
@@ -31,22 +32,43 @@ std::vector<std::optional<ContentDigest>> digest_tensors(const std::vector<Tenso
 struct BaseMatch {
   // Per tensor of the save: the index of the equal tensor in the base manifest, or nullopt.
   std::vector<std::optional<size_t>> base_index;
+  // With XOR deltas, per changed tensor: the index of its previous version in the base (same
+  // name, float dtype, shape, at least kMinEncodedTensorBytes), which a delta can be taken
+  // against; nullopt otherwise (and always without XOR deltas).
+  std::vector<std::optional<size_t>> delta_index;
   uint64_t referenced_bytes = 0;  // raw bytes of the unchanged tensors
   uint64_t changed_bytes = 0;     // raw bytes of the others
-  // Whether the save should reference the base: something is unchanged and no more than half
-  // of the bytes changed (beyond that a full checkpoint is worth its cost: it becomes the new
-  // base, and later saves compare against fresher bytes).
-  bool worth_it() const { return referenced_bytes > 0 && changed_bytes <= referenced_bytes; }
+  uint64_t delta_bytes = 0;       // raw bytes of the changed tensors with a delta_index
+  // Whether the save should reference the base: something can be taken from it (a tensor
+  // unchanged, or one to take a delta against) and the bytes with nothing in the base are no
+  // more than those (beyond that a full checkpoint is worth its cost: it becomes the new base,
+  // and later saves compare against fresher bytes). Without XOR deltas: something is unchanged
+  // and no more than half of the bytes changed.
+  bool worth_it() const {
+    const uint64_t from_base = referenced_bytes + delta_bytes;
+    return from_base > 0 && changed_bytes - delta_bytes <= from_base;
+  }
 };
 
 // Matches the save's tensors against `base` (a full checkpoint's manifest: a tensor that is
-// itself a reference never matches, so chains cannot grow).
+// itself a reference never matches, so chains cannot grow); with `xor_deltas`, also finds the
+// base of each changed tensor a delta can be taken against.
 BaseMatch match_base(const std::vector<TensorSource>& tensors,
-                     const std::vector<std::optional<ContentDigest>>& digests, const Manifest& base);
+                     const std::vector<std::optional<ContentDigest>>& digests, const Manifest& base,
+                     bool xor_deltas = false);
+
+// The XOR delta source of changed tensor `i` (match.delta_index[i] set): the base's bytes as
+// this checkpoint's manifest names them ("<base_tag>/<file>"), at `base_dir` (the base
+// checkpoint's directory; its file is resolved there, refusing symbolic links).
+Result<DeltaSource> delta_source(const Manifest& base, const std::string& base_tag, const std::string& base_dir,
+                                 size_t index);
 
 // The record of base tensor `base.tensors[index]` as this checkpoint stores it: a reference into
 // `base_tag`'s file, named `name`.
 ManifestTensor referenced_tensor(const Manifest& base, const std::string& base_tag, size_t index);
+
+// The stored bytes of the tensors `m` holds in its own files (not its references).
+uint64_t own_stored_bytes(const Manifest& m);
 
 // The `files` records of the base files the tensors in `tensors` reference (names
 // "<base_tag>/<file>"), each once, in the base's order.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/delta_base.h"
 #include "checkpoint/encoded_read.h"
 #include "checkpoint/load_plan.h"
 #include "common/task_pool.h"
@@ -104,7 +105,9 @@ struct CheckpointReader::DecodeStep {
         FP_ASSIGN_OR_RETURN(b.to_convert[j], checkpoint::new_load_memory(t.length, /*huge_pages=*/true));
         b.raw[j] = b.to_convert[j]->data();
       }
-      Status st = b.decode->add(t, b.stored[j], b.raw[j]);
+      auto base = reader.delta_base_of(t);
+      if (!base.is_ok()) return base.status();
+      Status st = b.decode->add(t, b.stored[j], b.raw[j], std::move(base).value());
       if (!st.is_ok()) return std::move(st).with_path(reader.path_of(t));
     }
     return Status::ok();
@@ -121,9 +124,11 @@ struct CheckpointReader::DecodeStep {
       if (verify) {
         uint64_t actual = xxh3_64(b.raw[j], static_cast<size_t>(t.length));
         if (actual != t.checksum) {
+          const std::string whose = t.delta_base ? "the checkpoint or its base (" + t.delta_base->file + ") is damaged"
+                                                 : "the checkpoint is damaged";
           return Status(StatusCode::kDataLoss, checkpoint::tensor_place(t) + " fails its checksum after decoding (manifest " +
                                                    checksum_to_hex(t.checksum) + ", data " + checksum_to_hex(actual) +
-                                                   "): the checkpoint is damaged")
+                                                   "): " + whose)
               .with_path(reader.path_of(t))
               .with_range(t.offset, t.stored_length);
         }

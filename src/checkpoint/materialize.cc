@@ -105,6 +105,10 @@ Result<uint64_t> materialize_checkpoint(const std::string& root, const std::stri
   for (ManifestTensor& t : m.tensors) {
     auto it = renamed.find(t.file);
     if (it != renamed.end()) t.file = it->second;
+    if (t.delta_base) {
+      auto base = renamed.find(t.delta_base->file);
+      if (base != renamed.end()) t.delta_base->file = base->second;
+    }
   }
   FP_RETURN_IF_ERROR(replace_file_atomically(join_path(dir, kManifestFileName), encode_manifest(m), durable));
   return copied;

@@ -73,10 +73,20 @@ Result<ShardWriteResult> write_changed(const SaveJob& job, const std::string& tm
                                        const BaseMatch& match, const ShardWriteCallbacks& callbacks) {
   const std::vector<TensorSource>& all = job.content.tensors;
   std::vector<TensorSource> changed;
+  std::vector<std::optional<DeltaSource>> deltas;  // XOR deltas: per changed tensor
+  bool any_delta = false;
+  const std::string base_dir = join_path(job.root, job.base_tag);
   for (size_t i = 0; i < all.size(); ++i) {
-    if (!match.base_index[i]) changed.push_back(all[i]);
+    if (match.base_index[i]) continue;
+    changed.push_back(all[i]);
+    deltas.emplace_back();
+    if (match.delta_index[i]) {
+      FP_ASSIGN_OR_RETURN(deltas.back(), delta_source(*job.base, job.base_tag, base_dir, *match.delta_index[i]));
+      any_delta = true;
+    }
   }
-  FP_ASSIGN_OR_RETURN(ShardPlan plan, writer.plan(changed));
+  if (!any_delta) deltas.clear();
+  FP_ASSIGN_OR_RETURN(ShardPlan plan, writer.plan(changed, deltas));
   FP_ASSIGN_OR_RETURN(ShardWriteResult data, writer.write(tmp, changed, plan, callbacks));
   std::vector<ManifestTensor> written = std::move(data.tensors);
   data.tensors.clear();
@@ -106,7 +116,7 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   std::vector<std::optional<ContentDigest>> digests;
   if (job.base) digests = digest_tensors(job.content.tensors, options.compression_threads);
   BaseMatch match;
-  if (job.base) match = match_base(job.content.tensors, digests, *job.base);
+  if (job.base) match = match_base(job.content.tensors, digests, *job.base, options.xor_deltas);
   const bool incremental = job.base && match.worth_it();
   Result<ShardWriteResult> written =
       incremental ? write_changed(job, tmp, writer, match, callbacks)

@@ -21,6 +21,7 @@
 #include "fastpersist/tensor_codec.h"
 #include "fastpersist/tensor_source.h"
 #include "fastpersist/io_engine.h"
+#include "fastpersist/shard_writer.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::checkpoint {
@@ -37,6 +38,7 @@ struct ShardFileOutcome {
     uint64_t offset = 0;  // absolute, in the file
     uint64_t length = 0;
     Compression encoding = Compression::kNone;
+    bool xor_delta = false;  // "xor-zstd" against the tensor's DeltaSource (encoding kZstd)
   };
   std::vector<Stored> stored;
   uint64_t file_size = 0;
@@ -59,6 +61,8 @@ struct ShardWriteArgs {
   Compression compression = Compression::kNone;
   int compression_level = 0;
   TaskPool* compressors = nullptr;
+  // XOR deltas: per source tensor, its base (null, or an entry per source; shard_writer.h).
+  const std::vector<std::optional<DeltaSource>>* deltas = nullptr;
 };
 
 // Creates the data file at args.path for writing (O_EXCL: never replacing one) and sets

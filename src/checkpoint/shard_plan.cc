@@ -61,7 +61,8 @@ uint64_t encoded_header_reserve(const SafetensorsHeader& raw_layout) {
 
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
                                             const DataFileOptions& options,
-                                            std::optional<uint32_t> rank) {
+                                            std::optional<uint32_t> rank,
+                                            const std::vector<std::optional<DeltaSource>>& deltas) {
   std::unordered_set<std::string> names;
   uint64_t total = 0;
   for (const TensorSource& t : tensors) {
@@ -110,12 +111,18 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
                                                                 kSafetensorsDefaultAlignment,
                                                                 &file.layout));
     file.size = file.layout.file_bytes();
-    if (options.compression != Compression::kNone) {
+    auto has_delta = [&](size_t i) { return i < deltas.size() && deltas[i].has_value(); };
+    if (options.compression != Compression::kNone || std::any_of(file.tensors.begin(), file.tensors.end(), has_delta)) {
       file.encoded = true;
       file.encoded_header_bytes = encoded_header_reserve(file.layout);
       file.size = file.encoded_header_bytes;
       const auto chunk = static_cast<uint32_t>(std::min<size_t>(kCodecChunkBytes, options.effective_window_bytes()));
-      for (size_t i : file.tensors) file.size += encoded_bound(options.compression, tensors[i].nbytes, chunk);
+      for (size_t i : file.tensors) {
+        uint64_t bound = encoded_bound(options.compression, tensors[i].nbytes, chunk);
+        // A delta is zstd frames, whatever the codec of the others.
+        if (has_delta(i)) bound = std::max(bound, encoded_bound(Compression::kZstd, tensors[i].nbytes, chunk));
+        file.size += bound;
+      }
     }
     files.push_back(std::move(file));
   }

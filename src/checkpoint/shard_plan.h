@@ -42,8 +42,11 @@ uint64_t encoded_header_reserve(const SafetensorsHeader& raw_layout);
 // Validates the tensors (names, dtypes, nbytes == shape x dtype size, data pointers) and plans
 // the files, named by data_file_name(index, count, rank); with options.compression, encoded
 // files. kInvalidArgument names the offending tensor.
+// A file holding a tensor with a delta base (`deltas`: empty, or one entry per tensor) is
+// encoded even without compression.
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
                                             const DataFileOptions& options,
-                                            std::optional<uint32_t> rank = std::nullopt);
+                                            std::optional<uint32_t> rank = std::nullopt,
+                                            const std::vector<std::optional<DeltaSource>>& deltas = {});
 
 }  // namespace fastpersist::checkpoint

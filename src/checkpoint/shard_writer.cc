@@ -19,6 +19,7 @@
 #include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
 #include "common/task_pool.h"
+#include "fastpersist/dtype.h"
 
 namespace fastpersist {
 namespace {
@@ -56,6 +57,7 @@ size_t DataFileOptions::effective_window_bytes() const {
 struct ShardPlan::Files {
   std::vector<checkpoint::PlannedFile> files;
   size_t tensor_count = 0;
+  std::vector<std::optional<DeltaSource>> deltas;  // empty, or one per tensor
 };
 
 ShardPlan::ShardPlan() = default;
@@ -129,6 +131,7 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
                    const std::vector<TensorSource>& tensors, const DataFileOptions& options,
                    checkpoint::StagingPool& pool, IoEngine& engine,
                    const std::function<void()>& on_snapshot_done,
+                   const std::vector<std::optional<DeltaSource>>& deltas,
                    std::vector<ShardFileOutcome>* outcomes) {
   outcomes->assign(files.size(), {});
   std::atomic<bool> cancel{false};
@@ -164,6 +167,7 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
       args.compression = options.compression;
       args.compression_level = options.effective_compression_level();
       args.compressors = compressors.get();
+      args.deltas = deltas.empty() ? nullptr : &deltas;
       Status st = files[i].encoded ? checkpoint::write_encoded_file(args, &(*outcomes)[i])
                                    : checkpoint::write_shard_file(args, &(*outcomes)[i]);
       if (!st.is_ok()) {
@@ -187,6 +191,7 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
 ShardWriteResult make_records(const std::vector<PlannedFile>& files,
                               const std::vector<TensorSource>& tensors,
                               const std::vector<ShardFileOutcome>& outcomes,
+                              const std::vector<std::optional<DeltaSource>>& deltas,
                               std::optional<uint32_t> rank) {
   ShardWriteResult r;
   r.files.reserve(files.size());
@@ -217,8 +222,9 @@ ShardWriteResult make_records(const std::vector<PlannedFile>& files,
       if (file.encoded) {
         const ShardFileOutcome::Stored& stored = outcome.stored[k];
         mt.offset = stored.offset;
-        mt.encoding = std::string(encoding_of(stored.encoding));
+        mt.encoding = std::string(stored.xor_delta ? kEncodingXorZstd : encoding_of(stored.encoding));
         mt.stored_length = stored.length;
+        if (stored.xor_delta) mt.delta_base = deltas[file.tensors[k]]->base;
       } else {
         mt.offset = file.layout.data_start + at.begin;
         mt.encoding = std::string(kEncodingRaw);
@@ -251,10 +257,35 @@ ShardWriter::ShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShardWriter::~ShardWriter() = default;
 
 Result<ShardPlan> ShardWriter::plan(const std::vector<TensorSource>& tensors) const {
+  return plan(tensors, {});
+}
+
+Result<ShardPlan> ShardWriter::plan(const std::vector<TensorSource>& tensors,
+                                    const std::vector<std::optional<DeltaSource>>& deltas) const {
+  if (!deltas.empty()) {
+    if (deltas.size() != tensors.size()) {
+      return Status(StatusCode::kInvalidArgument, "the write has " + std::to_string(tensors.size()) +
+                                                      " tensors but " + std::to_string(deltas.size()) + " delta bases");
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!deltas[i]) continue;
+      const DtypeInfo* dtype = find_dtype(tensors[i].dtype);
+      const DeltaBase& b = deltas[i]->base;
+      if (dtype == nullptr || dtype->kind != DtypeKind::kFloat) {
+        return Status(StatusCode::kInvalidArgument, "tensor '" + tensors[i].name + "': XOR deltas are for floats, not " +
+                                                        tensors[i].dtype);
+      }
+      if (!compression_of_encoding(b.encoding) || (b.encoding == kEncodingRaw && b.stored_length != tensors[i].nbytes)) {
+        return Status(StatusCode::kInvalidArgument,
+                      "tensor '" + tensors[i].name + "': its delta base is not a raw, zstd or lz4 tensor of its size");
+      }
+    }
+  }
   auto files = std::make_unique<ShardPlan::Files>();
   FP_ASSIGN_OR_RETURN(files->files,
-                      checkpoint::plan_files(tensors, impl_->options, impl_->options.rank));
+                      checkpoint::plan_files(tensors, impl_->options, impl_->options.rank, deltas));
   files->tensor_count = tensors.size();
+  files->deltas = deltas;
   ShardPlan plan;
   plan.files_ = std::move(files);
   return plan;
@@ -271,7 +302,7 @@ Result<ShardWriteResult> ShardWriter::write(const std::string& directory,
   const std::vector<PlannedFile>& files = plan.files_->files;
   std::vector<ShardFileOutcome> outcomes;
   Status st = write_files(directory, files, tensors, impl_->options, impl_->pool, *impl_->engine,
-                          callbacks.on_snapshot_done, &outcomes);
+                          callbacks.on_snapshot_done, plan.files_->deltas, &outcomes);
   if (!st.is_ok()) {
     // Only what this write created: a name taken by someone else (EEXIST) stays theirs.
     for (size_t f = 0; f < files.size(); ++f) {
@@ -281,7 +312,7 @@ Result<ShardWriteResult> ShardWriter::write(const std::string& directory,
     }
     return st;
   }
-  return make_records(files, tensors, outcomes, impl_->options.rank);
+  return make_records(files, tensors, outcomes, plan.files_->deltas, impl_->options.rank);
 }
 
 Result<ShardWriteResult> ShardWriter::write(const std::string& directory,

@@ -50,14 +50,15 @@ CommitContent content_of(Manifest m) {
 }
 
 // One own file: streamed from `from`, checked, written to `to` (a new file).
-Status copy_file_checked(const std::string& from, const std::string& to, const Manifest& m, size_t file,
+Status copy_file_checked(const std::string& dir, const std::string& from, const std::string& to, const Manifest& m, size_t file,
                          const ManifestIndex& index, IoEngine& read_engine, IoEngine& write_engine,
                          bool durable, const CopyPacer& pacer, uint64_t* copied) {
   FP_RETURN_IF_ERROR(write_new_file(to, "", /*durable=*/false));
   uint64_t checked = 0;
   // Small windows: a local snapshot that pauses the copy waits for at most one window's read
   // and one window's write still in flight (the window size does not change the copy's speed).
-  FileCheck io{read_engine, nullptr, &checked, nullptr, 0, kCopyWindowBytes, nullptr};
+  // `dir` is where the bases of XOR deltas are read from to check them.
+  FileCheck io{read_engine, nullptr, &checked, nullptr, 0, kCopyWindowBytes, nullptr, dir};
   // Paced before each read, not each write: a paused copy then has nothing left in flight
   // but the one window already read and the write of the one before.
   if (pacer) io.before_read = [&] { return pacer(*copied); };
@@ -125,7 +126,7 @@ Result<CopyResult> copy_checkpoint(const std::string& source_root, const std::st
     const ManifestFile& f = m.files[i];
     if (!referenced_checkpoint(f).empty()) continue;  // in the base, which the destination holds
     auto from = resolve_manifest_file(dir, f);
-    Status st = from.is_ok() ? copy_file_checked(*from, join_path(commit->directory(), f.name), m, i, index,
+    Status st = from.is_ok() ? copy_file_checked(dir, *from, join_path(commit->directory(), f.name), m, i, index,
                                                  read_engine, destination.engine(),
                                                  destination.options().durable, pacer, &result.bytes)
                              : from.status();

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/delta_base.h"
 #include "checkpoint/encoded_read.h"
 #include "checkpoint/file_stream.h"
 #include "checkpoint/verify_file.h"
@@ -65,6 +66,18 @@ void check_header(const std::string& path, const ManifestFile& f, const Manifest
   }
 }
 
+// The base bytes of an XOR delta (null for other tensors), found from the checkpoint's directory.
+Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base(const std::string& dir, const Manifest& m,
+                                                                     const ManifestTensor& t) {
+  if (!t.delta_base) return std::shared_ptr<const checkpoint::DeltaBaseBytes>();
+  const ManifestFile* file = m.find_file(t.delta_base->file);
+  if (dir.empty() || file == nullptr) {
+    return Status(StatusCode::kInternal, checkpoint::tensor_place(t) + ": the base of an XOR delta cannot be found");
+  }
+  FP_ASSIGN_OR_RETURN(std::string path, checkpoint::resolve_manifest_file(dir, *file));
+  return checkpoint::DeltaBaseBytes::open(t, path);
+}
+
 // Streams one file, checksumming its leading bytes and each tensor's range (with `checksums`)
 // and handing every byte to the sink (when there is one).
 Status check_data(const std::string& path, const ManifestFile& f, const Manifest& m,
@@ -100,12 +113,19 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       ranges[r].damage = table.status();
       continue;
     }
+    Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> base = delta_base(io.checkpoint_dir, m, t);
+    if (!base.is_ok()) {
+      ranges[r].damage = base.status();
+      continue;
+    }
     Xxh3Stream* hash = &streams[r];
     ranges[r].frames = std::make_unique<checkpoint::FrameStream>(
-        t, std::move(table).value(), [hash](uint64_t, const std::byte* data, size_t n) {
+        t, std::move(table).value(),
+        [hash](uint64_t, const std::byte* data, size_t n) {
           hash->update(data, n);
           return Status::ok();
-        });
+        },
+        std::move(base).value());
   }
   size_t first_open = 0;
   auto consume = [&](uint64_t off, const std::byte* data, size_t n) -> Status {
@@ -199,7 +219,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
   }
   uint64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.size;
-  checkpoint::FileCheck io{engine, nullptr, &report.bytes_checked, progress, total, size_t{32} << 20, nullptr};
+  checkpoint::FileCheck io{engine, nullptr, &report.bytes_checked, progress, total, size_t{32} << 20, nullptr, dir};
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     auto resolved = checkpoint::resolve_manifest_file(dir, f);

@@ -29,6 +29,9 @@ struct FileCheck {
   uint64_t total = 0;
   size_t window_bytes = size_t{32} << 20;  // each of the two read windows in flight
   std::function<Status()> before_read;     // optional: runs before each read is submitted
+  // The checkpoint's directory: where the bases of its XOR deltas are found (manifest.h,
+  // DeltaBase). Empty: a delta is reported as not checkable.
+  std::string checkpoint_dir;
 };
 
 // Checks m.files[file], stored at `path` (resolved by the caller), whose tensors are `tensors`

@@ -51,6 +51,14 @@ Json tensor_json(const ManifestTensor& t) {
     out["shard_offsets"] = t.shard_offsets;
   }
   if (t.digest) out["xxh3_128"] = digest_to_hex(*t.digest);
+  if (t.delta_base) {
+    const DeltaBase& b = *t.delta_base;
+    out["delta_base"] = {{"file", b.file},
+                         {"offset", b.offset},
+                         {"stored_length", b.stored_length},
+                         {"encoding", b.encoding},
+                         {"checksum", checksum_to_hex(b.checksum)}};
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "fastpersist/checksum.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/safetensors.h"
+#include "fastpersist/tensor_codec.h"
 #include "format/format_internal.h"
 #include "format/manifest_fields.h"
 #include "format/manifest_names.h"
@@ -214,6 +215,47 @@ Status decode_tensor_v2(const Fields& f, const Json& entry, ManifestTensor* t) {
   return Status::ok();
 }
 
+// The "xor-zstd" tensor's base (manifest.h, DeltaBase): present exactly for that encoding, in a
+// listed tensors file, one step deep (raw or compressed), of the tensor's raw length.
+Status decode_delta_base(const Fields& f, const Json& entry, const FileIndex& files, const Manifest& m,
+                         ManifestTensor* t) {
+  const bool is_delta = t->encoding == kEncodingXorZstd;
+  if (!entry.contains("delta_base")) {
+    if (is_delta) return f.error("delta_base", "is missing (encoding \"xor-zstd\" needs it)");
+    return Status::ok();
+  }
+  if (!is_delta) return f.error("delta_base", "is only for encoding \"xor-zstd\"");
+  FP_ASSIGN_OR_RETURN(const Json* object, f.get("delta_base"));
+  if (!object->is_object()) return f.error("delta_base", "is not an object");
+  Fields b(*object, f.name("delta_base"), f.path());
+  DeltaBase base;
+  FP_ASSIGN_OR_RETURN(base.file, b.string("file"));
+  auto listed = files.find(base.file);
+  if (listed == files.end() || m.files[listed->second].role != "tensors") {
+    return b.error("file", "\"" + printable(base.file) + "\" is not listed in 'files' as a tensors file");
+  }
+  FP_ASSIGN_OR_RETURN(base.offset, b.u64("offset"));
+  FP_ASSIGN_OR_RETURN(base.stored_length, b.u64("stored_length"));
+  FP_ASSIGN_OR_RETURN(base.encoding, b.string("encoding"));
+  if (!compression_of_encoding(base.encoding)) {
+    return b.error("encoding", "\"" + printable(base.encoding) + "\" is not one a base can have (raw, zstd, lz4)");
+  }
+  if (base.encoding == kEncodingRaw && base.stored_length != t->length) {
+    return b.error("stored_length", "is " + std::to_string(base.stored_length) +
+                                        " but the raw base of a tensor of " + std::to_string(t->length) +
+                                        " bytes stores that many");
+  }
+  const uint64_t size = m.files[listed->second].size;
+  if (base.offset > size || base.stored_length > size - base.offset) {
+    return b.error("stored_length", std::to_string(base.stored_length) + " with offset " +
+                                        std::to_string(base.offset) + " runs past the end of \"" +
+                                        printable(base.file) + "\" (" + std::to_string(size) + " bytes)");
+  }
+  FP_ASSIGN_OR_RETURN(base.checksum, b.checksum("checksum"));
+  t->delta_base = std::move(base);
+  return Status::ok();
+}
+
 Status decode_tensors(const Fields& top, const std::string& path, const FileIndex& files,
                       Manifest* m) {
   FP_ASSIGN_OR_RETURN(const Json* tensors, top.array("tensors"));
@@ -246,7 +288,10 @@ Status decode_tensors(const Fields& top, const std::string& path, const FileInde
                                    (nbytes ? std::to_string(*nbytes) : "more than 2^64"));
     }
     t.stored_length = t.length;  // v1: every tensor is raw
-    if (m->format_version >= 2) FP_RETURN_IF_ERROR(decode_tensor_v2(f, entry, &t));
+    if (m->format_version >= 2) {
+      FP_RETURN_IF_ERROR(decode_tensor_v2(f, entry, &t));
+      FP_RETURN_IF_ERROR(decode_delta_base(f, entry, files, *m, &t));
+    }
     const char* stored_field = m->format_version >= 2 ? "stored_length" : "length";
     if (t.offset > file.size || t.stored_length > file.size - t.offset) {
       return f.error(stored_field, std::to_string(t.stored_length) + " with offset " +

@@ -33,6 +33,7 @@ class Fields {
     return Status(StatusCode::kDataLoss, "manifest field '" + name(key) + "' " + problem)
         .with_path(path_);
   }
+  const std::string& path() const { return path_; }
   bool has(std::string_view key) const { return object_.find(std::string(key)) != object_.end(); }
   Result<const ManifestJson*> get(std::string_view key) const {
     auto it = object_.find(std::string(key));

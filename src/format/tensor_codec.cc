@@ -117,6 +117,20 @@ std::string codec_versions() {
   return std::string("zstd ") + ZSTD_versionString() + ", lz4 " + LZ4_versionString();
 }
 
+void xor_into(std::byte* dst, const std::byte* src, size_t bytes) {
+  // Word at a time (memcpy keeps it free of alignment and aliasing assumptions); the compiler
+  // vectorizes the loop.
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t a, b;
+    std::memcpy(&a, dst + i, 8);
+    std::memcpy(&b, src + i, 8);
+    a ^= b;
+    std::memcpy(dst + i, &a, 8);
+  }
+  for (; i < bytes; ++i) dst[i] ^= src[i];
+}
+
 void group_bytes(const std::byte* src, size_t bytes, size_t width, std::byte* dst) {
   const size_t count = width == 0 ? 0 : bytes / width;
   switch (width) {

@@ -30,9 +30,9 @@ Manifest sample() {
   m.metadata_json = R"({"zeta":1,"lr":0.001,"nested":{"b":[1,2],"a":null},"name":"run \"7\""})";
   m.files = {{kData, "tensors", 4096 + 48 + 20 + 8, 0x1122334455667788u, 4096, {}},
              {"objects.pkl", "objects", 321, 0xfedcba9876543210u, 321, {}}};
-  m.tensors = {{"layer.0.weight", "F64", {2, 3}, kData, 4096, 48, 0x0123456789abcdefu, "raw", 48, {}, {}, {}},
-               {"layer.0.bias", "F32", {5}, kData, 4096 + 48, 20, 1, "raw", 20, {}, {}, {}},
-               {"step_count", "I64", {}, kData, 4096 + 68, 8, 0, "raw", 8, {}, {}, {}}};
+  m.tensors = {{"layer.0.weight", "F64", {2, 3}, kData, 4096, 48, 0x0123456789abcdefu, "raw", 48, {}, {}, {}, {}},
+               {"layer.0.bias", "F32", {5}, kData, 4096 + 48, 20, 1, "raw", 20, {}, {}, {}, {}},
+               {"step_count", "I64", {}, kData, 4096 + 68, 8, 0, "raw", 8, {}, {}, {}, {}}};
   m.aliases = {{"lm_head.weight", "layer.0.weight"}};
   m.fingerprint = manifest_fingerprint(m.tensors);
   return m;
@@ -151,7 +151,7 @@ TEST(ManifestTest, GoldenEncoding) {
   m.metadata_json = R"({"b":1,"a":[true]})";
   m.aliases = {{"tied", "w"}};
   m.files = {{kData, "tensors", 4104, 0xab, 4096, {}}, {"objects.pkl", "objects", 0, 0, 0, {}}};
-  m.tensors = {{"w", "F32", {2}, kData, 4096, 8, 1, "raw", 8, {}, {}, {}}};
+  m.tensors = {{"w", "F32", {2}, kData, 4096, 8, 1, "raw", 8, {}, {}, {}, {}}};
   m.fingerprint = manifest_fingerprint(m.tensors);
   const std::string expected = R"({
   "format": "fastpersist-checkpoint",

@@ -11,6 +11,7 @@
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/manifest_index.h"
+#include "fastpersist/tensor_codec.h"
 #include "testing/status_matchers.h"
 
 namespace fastpersist {
@@ -33,9 +34,9 @@ Manifest distributed() {
              {kBase, "tensors", 4096 + 32, 0x22, 4096, 0},
              {"objects.pkl", "objects", 10, 0x33, 10, std::nullopt}};
   m.tensors = {
-      {"experts.3.w", "F32", {2, 4}, kOwn, 4096, 32, 0xa, "raw", 32, {8, 4}, {6, 0}, {}},
-      {"experts.3.b", "F16", {16}, kOwn, 4096 + 32, 32, 0xb, "zstd-1", 20, {}, {}, ContentDigest{1, 2}},
-      {"embed", "BF16", {4, 4}, kBase, 4096, 32, 0xc, "raw", 32, {}, {}, {}},
+      {"experts.3.w", "F32", {2, 4}, kOwn, 4096, 32, 0xa, "raw", 32, {8, 4}, {6, 0}, {}, {}},
+      {"experts.3.b", "F16", {16}, kOwn, 4096 + 32, 32, 0xb, "zstd-1", 20, {}, {}, ContentDigest{1, 2}, {}},
+      {"embed", "BF16", {4, 4}, kBase, 4096, 32, 0xc, "raw", 32, {}, {}, {}, {}},
   };
   m.fingerprint = manifest_fingerprint(m.tensors);
   return m;
@@ -325,6 +326,88 @@ TEST(ManifestV2Test, IndexFindsTensorsAndFilesByName) {
             (std::vector<size_t>{2}));
   EXPECT_TRUE(index.tensors_in(2).empty());
   EXPECT_TRUE(index.tensors_in(99).empty());
+}
+
+}  // namespace
+}  // namespace fastpersist
+
+namespace fastpersist {
+namespace {
+
+// distributed() with its second tensor stored as an XOR delta against the raw "embed" bytes
+// of step-1 (same length: 32 bytes).
+Manifest with_delta() {
+  Manifest m = distributed();
+  m.tensors[1].encoding = std::string(kEncodingXorZstd);
+  m.tensors[1].delta_base = DeltaBase{kBase, 4096, 32, "raw", 0xd};
+  return m;
+}
+
+void expect_delta_rejected(const std::function<void(Manifest&)>& damage, const std::string& field,
+                           const std::string& why) {
+  Manifest m = with_delta();
+  damage(m);
+  Result<Manifest> r = decode_manifest(encode_manifest(m), kPath);
+  ASSERT_FALSE(r.is_ok()) << "accepted; expected a complaint about " << field;
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("'" + field + "'"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().to_string();
+}
+
+TEST(ManifestDeltaTest, ADeltaBaseRoundTripsAndIsSupported) {
+  const Manifest m = with_delta();
+  const std::string json = encode_manifest(m);
+  EXPECT_NE(json.find(R"("delta_base":{"file":"step-1/tensors-00000-of-00001.safetensors","offset":4096,)"
+                      R"("stored_length":32,"encoding":"raw","checksum":"000000000000000d"})"),
+            std::string::npos)
+      << json;
+  FP_ASSERT_OK_AND_ASSIGN(Manifest back, decode_manifest(json, kPath));
+  EXPECT_EQ(back.tensors[1].delta_base, m.tensors[1].delta_base);
+  EXPECT_EQ(back.tensors[0].delta_base, std::nullopt);
+  FP_EXPECT_OK(check_encoding_supported(back.tensors[1]));
+  EXPECT_EQ(encode_manifest(back), json);
+}
+
+TEST(ManifestDeltaTest, RejectsEveryBadDeltaBase) {
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base.reset(); }, "tensors[1].delta_base",
+                        "is missing");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].encoding = "zstd"; }, "tensors[1].delta_base",
+                        "only for encoding");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->file = "step-1/other.safetensors"; },
+                        "tensors[1].delta_base.file", "not listed");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->file = "objects.pkl"; },
+                        "tensors[1].delta_base.file", "not listed");
+  // Chains stay one step long: a base is never itself a delta.
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->encoding = "xor-zstd"; },
+                        "tensors[1].delta_base.encoding", "not one a base can have");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->encoding = "zstd-9"; },
+                        "tensors[1].delta_base.encoding", "not one a base can have");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->stored_length = 31; },
+                        "tensors[1].delta_base.stored_length", "raw base");
+  expect_delta_rejected(
+      [](Manifest& m) {
+        m.tensors[1].delta_base->encoding = "zstd";
+        m.tensors[1].delta_base->stored_length = UINT64_MAX;
+      },
+      "tensors[1].delta_base.stored_length", "runs past the end");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->offset = 4097; },
+                        "tensors[1].delta_base.stored_length", "runs past the end");
+  // A hand-made manifest whose base is not an object, or lacks a field.
+  std::string json = encode_manifest(with_delta());
+  const std::string object = json.substr(json.find("\"delta_base\":") + 13);
+  std::string bad = json;
+  bad.replace(bad.find(object.substr(0, object.find('}') + 1)), object.find('}') + 1, "[1]");
+  auto r = decode_manifest(bad, kPath);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("tensors[1].delta_base' is not an object"), std::string::npos)
+      << r.status().to_string();
+  bad = json;
+  const std::string checksum = R"(,"checksum":"000000000000000d")";
+  bad.replace(bad.find(checksum), checksum.size(), "");
+  r = decode_manifest(bad, kPath);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("tensors[1].delta_base.checksum' is missing"), std::string::npos)
+      << r.status().to_string();
 }
 
 }  // namespace
