@@ -32,6 +32,7 @@ Medians over the rounds; ``--json PATH`` writes every measurement.
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import os
@@ -45,6 +46,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 import fastpersist
+from fastpersist.bench.loaders import drop_all_caches
 from fastpersist.bench.table import aligned, medians
 
 GB = 1e9
@@ -123,13 +125,24 @@ def save_once(mgr: fastpersist.CheckpointManager, tag: str, state: Any) -> Dict[
     block = time.perf_counter() - t0
     handle.wait()
     out = {"save_s": time.perf_counter() - t0, "save_cpu_s": cpu_seconds() - c0, "block_s": block,
-           "written": float(handle.bytes), "referenced": float(handle.referenced_bytes)}
+           "written": float(handle.bytes), "referenced": float(handle.referenced_bytes),
+           "full": 0.0 if handle.base else 1.0}
     # From the manifest: tied tensors count once there (the state dict lists them twice).
     with open(os.path.join(mgr.path(tag), "manifest.json")) as f:
         tensors = json.load(f)["tensors"]
     out["state_bytes"] = float(sum(t["length"] for t in tensors))
     out["changed"] = float(sum(t["length"] for t in tensors if "/" not in t["file"]))
     return out
+
+
+def load_once(mgr: fastpersist.CheckpointManager, tag: str, into: Any) -> float:
+    """A load of every tensor into existing memory (`into`: warm, so page faults do not
+    weigh), checksums verified, after dropping the whole page cache: what reading, decoding
+    and (for XOR deltas) reading the base cost."""
+    drop_all_caches()
+    t0 = time.perf_counter()
+    mgr.load(tag, into=into)
+    return time.perf_counter() - t0
 
 
 def measure_run(kind: str, a: argparse.Namespace, folder: Path, modes: List[str]) -> Dict[str, List[Dict[str, float]]]:
@@ -149,6 +162,7 @@ def measure_run(kind: str, a: argparse.Namespace, folder: Path, modes: List[str]
         state = run.state()
         for m in modes:
             managers[m].save("base", state)  # the incremental managers' base
+        into = copy.deepcopy(state)  # where the loads go: the same structure, its own memory
         for r in range(a.rounds):
             t0 = time.perf_counter()
             loss = run.train(a.steps_per_save)
@@ -159,10 +173,14 @@ def measure_run(kind: str, a: argparse.Namespace, folder: Path, modes: List[str]
             for m in order:
                 out = save_once(managers[m], f"r{r}", state)
                 results[m].append(out)
-                print(f"# {kind} round {r + 1} {m}: {out}", file=sys.stderr)
-            # The rounds' checkpoints are not needed again; the bases stay.
+            for m in order:
+                results[m][-1]["load_s"] = load_once(managers[m], f"r{r}", into)
+                print(f"# {kind} round {r + 1} {m}: {results[m][-1]}", file=sys.stderr)
+            # The rounds' checkpoints are not needed again; the bases stay (a full save of an
+            # incremental manager is the base of the next ones).
             for m in modes:
-                managers[m].remove(f"r{r}")
+                if not (MODES[m].get("incremental") and results[m][-1]["full"]):
+                    managers[m].remove(f"r{r}")
     finally:
         for mgr in managers.values():
             mgr.close()
@@ -197,21 +215,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         results = measure_run(kind, a, folder, modes)
         all_results[kind] = results
         med = {m: medians(results[m]) for m in modes}
+        for m in modes:  # bytes: the mean, since full and incremental saves may alternate
+            med[m]["written"] = sum(x["written"] for x in results[m]) / len(results[m])
+            med[m]["full_saves"] = sum(x["full"] for x in results[m])
         full = med[modes[0]]
         for m in modes:
             x = med[m]
             changed = x["changed"]
-            rows.append([kind, m, f"{x['state_bytes'] / GB:.3f}", f"{changed / MB:.1f}",
+            rows.append([kind, m, f"{int(x['full_saves'])}/{len(results[m])}", f"{x['state_bytes'] / GB:.3f}", f"{changed / MB:.1f}",
                          f"{x['written'] / MB:.1f}", f"{x['written'] / max(changed, 1):.3f}",
                          f"{x['save_s']:.3f}", f"{full['save_s'] / x['save_s']:.2f}",
                          f"{x['save_cpu_s'] / (x['state_bytes'] / GB):.2f}",
-                         f"{x['block_s']:.3f}", f"{x['block_s'] / full['block_s']:.2f}"])
+                         f"{x['block_s']:.3f}", f"{x['block_s'] / full['block_s']:.2f}",
+                         f"{x['load_s']:.3f}", f"{x['load_s'] / full['load_s']:.2f}"])
         gc.collect()
-    header = ["run", "mode", "state GB", "changed MB", "written MB", "written/changed", "save s",
-              "speed-up", "CPU s/GB", "snapshot s", "vs full"]
+    header = ["run", "mode", "full saves", "state GB", "changed MB", "written MB", "written/changed", "save s",
+              "speed-up", "CPU s/GB", "snapshot s", "vs full", "load s", "load vs full"]
     print(f"cores: {os.cpu_count()}, rounds: {a.rounds} (medians), {a.steps_per_save} training "
           f"steps between saves; speed-up = {modes[0]} save time / this save time, same round; "
-          f"'vs full' = snapshot (blocking) time / the {modes[0]} save's")
+          f"'vs full' = snapshot (blocking) time / the {modes[0]} save's; loads into existing "
+          "tensors after dropping the page cache; written MB: the mean over the rounds, the rest medians")
     print(aligned(header, rows))
     if a.json:
         with open(a.json, "w") as f:

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The raw bytes of an XOR delta's base (manifest.h, DeltaBase), read on demand, any range: by
-// pread for a raw base, by decoding the chunks a range covers for a compressed one. Readers
+// The raw bytes of an XOR delta's base (manifest.h, DeltaBase), read on demand, any range:
+// straight for a raw base, by decoding the chunks a range covers for a compressed one. Reads
+// are O_DIRECT (4096-aligned, through a per-thread buffer) where the filesystem takes them,
+// so reading a base neither fills the page cache nor pays for its pages; buffered otherwise. Readers
 // (load, read_pieces, verify, a tier's drain) XOR them into the decoded delta; the writer XORs
 // them out of the tensor it saves (private to src/checkpoint).
 //
@@ -41,11 +43,13 @@ class DeltaBaseBytes {
  private:
   DeltaBaseBytes(ManifestTensor base, std::string path, RegularFile file, std::optional<ChunkTable> table);
   Status pread_exact(std::byte* out, size_t n, uint64_t offset) const;
+  Status pread_buffered(std::byte* out, size_t n, uint64_t offset) const;
   Status damaged(const std::string& why) const;
 
   const ManifestTensor base_;
   const std::string path_;
   const RegularFile file_;
+  UniqueFd direct_;  // the same file opened O_DIRECT (invalid: the filesystem refuses it)
   const std::optional<ChunkTable> table_;  // compressed bases
 };
 

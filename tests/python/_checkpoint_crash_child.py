@@ -108,8 +108,11 @@ def run(root: str, seed: int, emit) -> None:
     # Half of them save incrementally (seeds 3..5 mod 6 meet every codec): a kill can land
     # between a base and the saves that reference it, and retention must keep the base.
     incremental = seed % 6 >= 3
+    # One in six also takes XOR deltas of the changed floats against the base (seed 4 mod 6,
+    # with zstd): their encoding is chosen chunk by chunk while a kill may land.
+    xor_deltas = seed % 6 == 4
     mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, compression=compression,
-                                        incremental=incremental, full_every=4)
+                                        incremental=incremental, full_every=4, xor_deltas=xor_deltas)
     steps = [c.step for c in mgr.checkpoints() if c.step is not None]
     # Continue after the newest step on disk, plus a gap: a step that was in flight when the
     # previous child died is never reused (its tag may be on disk only after a commit).

@@ -197,6 +197,17 @@ inline bool any_contains(const std::vector<std::string>& v, const std::string& n
   return false;
 }
 
+// Saves `state` as `tag` and waits for the commit; returns the base it referenced ("" for a full
+// checkpoint, "?" when the save failed, which is also reported as a test failure).
+inline std::string save_and_wait(CheckpointManager& mgr, const std::string& tag, const TestState& state) {
+  auto pending = mgr.save_async(tag, state.content());
+  EXPECT_TRUE(pending.is_ok()) << pending.status().to_string();
+  if (!pending.is_ok()) return "?";
+  Status st = pending->wait();
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return st.is_ok() ? pending->base_tag() : "?";
+}
+
 // verify_checkpoint finds nothing wrong with the checkpoint in `dir`.
 inline void expect_verifies(const std::string& dir) {
   auto engine = make_engine();

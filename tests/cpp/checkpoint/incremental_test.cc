@@ -44,14 +44,7 @@ class IncrementalTest : public ::testing::Test {
     mgr_ = std::move(m).value();
   }
   // Saves and returns the base the save referenced ("" for a full checkpoint).
-  std::string save(const std::string& tag, const TestState& s) {
-    auto pending = mgr_->save_async(tag, s.content());
-    EXPECT_TRUE(pending.is_ok()) << pending.status().to_string();
-    if (!pending.is_ok()) return "?";
-    Status st = pending->wait();
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    return pending->base_tag();
-  }
+  std::string save(const std::string& tag, const TestState& s) { return save_and_wait(*mgr_, tag, s); }
   void expect_loads(const std::string& tag, const TestState& s) {
     auto reader = CheckpointReader::open(root_.file(tag), engine_);
     ASSERT_TRUE(reader.is_ok()) << reader.status().to_string();

@@ -117,14 +117,7 @@ class XorDeltaTest : public ::testing::Test {
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     mgr_ = std::move(m).value();
   }
-  std::string save(const std::string& tag, const TestState& s) {
-    auto pending = mgr_->save_async(tag, s.content());
-    EXPECT_TRUE(pending.is_ok()) << pending.status().to_string();
-    if (!pending.is_ok()) return "?";
-    Status st = pending->wait();
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    return pending->base_tag();
-  }
+  std::string save(const std::string& tag, const TestState& s) { return save_and_wait(*mgr_, tag, s); }
   Manifest manifest(const std::string& tag) {
     auto m = read_manifest(file(tag));
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
