@@ -50,6 +50,9 @@ struct Chunk {
   size_t frame_bytes = 0;
   std::unique_ptr<std::byte[]> xor_frame;
   size_t xor_frame_bytes = 0;
+  // Why the delta could not be made (the base unreadable or damaged): the tensor is then
+  // stored as without a base, unless an earlier chunk already chose the delta.
+  Status xor_status;
   Status status;
   double seconds = 0;
   bool ready = false;
@@ -211,7 +214,10 @@ class EncodedWriter {
       delta.shape = src.shape;
       delta.length = src.nbytes;
       delta.delta_base = d->base;
-      FP_ASSIGN_OR_RETURN(bases_[slot], DeltaBaseBytes::open(delta, d->path));
+      // A base that cannot be opened (gone, its chunk table damaged): no delta, the tensor is
+      // stored as without a base.
+      auto opened = DeltaBaseBytes::open(delta, d->path);
+      if (opened.is_ok()) bases_[slot] = std::move(opened).value();
     }
     return Status::ok();
   }
@@ -308,22 +314,24 @@ class EncodedWriter {
           if (n.is_ok()) frame_bytes = *n;
           else st = n.status();
         }
+        Status xor_st;
         if (c.try_xor && st.is_ok()) {
           // The base's bytes of this chunk, XORed with the new ones (the staged bytes stay).
           delta.resize(c.raw_bytes);
-          st = base->read(c.raw_pos, c.raw_bytes, delta.data());
-          if (st.is_ok()) {
+          xor_st = base->read(c.raw_pos, c.raw_bytes, delta.data());
+          if (xor_st.is_ok()) {
             xor_into(delta.data(), c.raw, c.raw_bytes);
             Result<size_t> n = codec.encode(Compression::kZstd, xor_level_, width, delta.data(), c.raw_bytes,
                                             c.xor_frame.get(), xor_frame_capacity_);
             if (n.is_ok()) xor_frame_bytes = *n;
-            else st = n.status();
+            else xor_st = n.status();
           }
         }
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::lock_guard lock(mu_);
         c.frame_bytes = frame_bytes;
         c.xor_frame_bytes = xor_frame_bytes;
+        c.xor_status = xor_st;
         c.status = st;
         c.seconds = seconds;
         c.ready = true;
@@ -352,11 +360,14 @@ class EncodedWriter {
       // frame. An XOR delta, when it is smaller still than what would be stored without it.
       bool shrinks = c.compress && uint64_t{c.frame_bytes} * 105 <= uint64_t{c.raw_bytes} * 100;
       uint64_t otherwise = shrinks ? c.frame_bytes : c.raw_bytes;
-      bool delta_shrinks = c.try_xor && uint64_t{c.xor_frame_bytes} * 105 <= uint64_t{c.raw_bytes} * 100;
+      bool delta_shrinks = c.try_xor && c.xor_status.is_ok() &&
+                           uint64_t{c.xor_frame_bytes} * 105 <= uint64_t{c.raw_bytes} * 100;
       t.xor_delta = delta_shrinks && c.xor_frame_bytes < otherwise;
       t.encoding = t.xor_delta ? Compression::kZstd : shrinks ? a_.compression : Compression::kNone;
     }
     if (t.xor_delta) {
+      // A later chunk whose base bytes could not be read: the delta chosen cannot be finished.
+      FP_RETURN_IF_ERROR(c.xor_status);
       FP_RETURN_IF_ERROR(output_.append(c.xor_frame.get(), c.xor_frame_bytes).with_path(a_.path));
       t.frames.push_back(static_cast<uint32_t>(c.xor_frame_bytes));
     } else if (t.encoding != Compression::kNone) {

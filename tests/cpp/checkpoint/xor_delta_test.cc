@@ -314,6 +314,24 @@ TEST_F(XorDeltaTest, ABaseOnlyDeltasUseIsKeptByRetentionAndRemoveAndMaterializeF
   expect_loads("s2", s);
 }
 
+TEST_F(XorDeltaTest, ABaseTensorThatCannotBeDecodedIsSavedWithoutADelta) {
+  open(delta_options(Compression::kZstd));
+  TestState s = model_state();
+  save("s1", s);
+  const ManifestTensor broken = tensor(manifest("s1"), "w.bf16");
+  ASSERT_EQ(broken.encoding, "zstd");
+  flip_byte(file("s1") + "/" + broken.file, broken.offset + 40);  // inside its first frame
+  drift(&s, 1);
+  EXPECT_EQ(save("s2", s), "s1") << "the save goes on";
+  ASSERT_TRUE(mgr_->close().is_ok());
+  const Manifest m = manifest("s2");
+  EXPECT_EQ(tensor(m, "w.bf16").encoding, "zstd") << "its base is unreadable: stored as without one";
+  EXPECT_FALSE(tensor(m, "w.bf16").delta_base.has_value());
+  EXPECT_EQ(tensor(m, "w.f32").encoding, kEncodingXorZstd);
+  expect_loads("s2", s);
+  expect_verifies(file("s2"));
+}
+
 TEST_F(XorDeltaTest, DamageInADeltaOrInItsBaseIsReportedNeverLoaded) {
   open(delta_options(Compression::kLz4));
   TestState s = model_state();
