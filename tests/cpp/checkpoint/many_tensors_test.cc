@@ -2,10 +2,13 @@
 // Regression: verify was quadratic in the tensors of one file (each tensor looked up in the
 // data file's header by a scan, and each file's tensors found by scanning all of them), and
 // manifest decoding was O(files x tensors): 30,000 tensors took 10.9 s to verify. Linear, they
-// take a fraction of a second; the bound below leaves a wide margin for a loaded machine while
-// still failing for the quadratic code. bench/many_tensors_bench.py measures the curve.
+// take a fraction of a second. The test times 7,500 and 30,000 tensors on the same machine:
+// about 4x for linear code, 16x for the quadratic one, whatever the machine's or the build's
+// speed (a sanitizer build is several times slower). bench/many_tensors_bench.py measures the
+// curve.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "checkpoint/checkpoint_test_util.h"
@@ -22,10 +25,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-TEST(ManyTensorsTest, VerifyAndListingOfThirtyThousandTensorsInOneFileAreLinear) {
-  constexpr size_t kTensors = 30000;
+struct ScanSeconds {
+  double list = 0;
+  double verify = 0;
+};
+
+// Saves `n` one-element tensors into one data file, then times (best of two) listing the root
+// and verifying the checkpoint.
+ScanSeconds time_scans(size_t n) {
   TestState state;
-  for (size_t i = 0; i < kTensors; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     state.add("layers." + std::to_string(i / 192) + ".mlp.experts." + std::to_string(i % 64) +
                   ".w" + std::to_string(i % 3) + ".weight",
               "F32", {1}, i);
@@ -33,25 +42,37 @@ TEST(ManyTensorsTest, VerifyAndListingOfThirtyThousandTensorsInOneFileAreLinear)
   TempDir root;
   CheckpointOptions options = small_options();
   options.target_file_bytes = 1 << 30;  // one data file holds them all
-  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root.path(), options));
-  FP_ASSERT_OK(mgr->save("moe", state.content()));
-  FP_ASSERT_OK(mgr->close());
+  auto mgr = CheckpointManager::open(root.path(), options);
+  EXPECT_TRUE(mgr.is_ok()) << mgr.status().to_string();
+  if (!mgr.is_ok()) return {};
+  EXPECT_TRUE((*mgr)->save("moe", state.content()).is_ok());
+  EXPECT_TRUE((*mgr)->close().is_ok());
   auto engine = make_engine();
-  ASSERT_NE(engine, nullptr);
+  ScanSeconds best{1e9, 1e9};
+  for (int round = 0; round < 2; ++round) {
+    auto start = std::chrono::steady_clock::now();
+    auto listed = list_checkpoints(root.path());
+    best.list = std::min(best.list, seconds_since(start));
+    EXPECT_TRUE(listed.is_ok() && listed->size() == 1u && (*listed)[0].num_tensors == n);
+    start = std::chrono::steady_clock::now();
+    auto report = verify_checkpoint(root.file("moe"), *engine);
+    best.verify = std::min(best.verify, seconds_since(start));
+    EXPECT_TRUE(report.is_ok() && report->ok());
+  }
+  return best;
+}
 
-  auto start = std::chrono::steady_clock::now();
-  FP_ASSERT_OK_AND_ASSIGN(auto listed, list_checkpoints(root.path()));
-  const double list_seconds = seconds_since(start);
-  ASSERT_EQ(listed.size(), 1u);
-  EXPECT_EQ(listed[0].num_tensors, kTensors);
-
-  start = std::chrono::steady_clock::now();
-  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report, verify_checkpoint(root.file("moe"), *engine));
-  const double verify_seconds = seconds_since(start);
-  EXPECT_TRUE(report.ok()) << joined(report.problems);
-
-  EXPECT_LT(list_seconds, 5.0) << "listing (manifest decoding) is not linear";
-  EXPECT_LT(verify_seconds, 5.0) << "verify is not linear in the tensors of one file";
+// Linear, not quadratic, in the tensors of one file: four times the tensors take about four
+// times as long (sixteen if quadratic). A ratio of two runs of the same machine, so that a slow
+// machine or a sanitizer build does not fail it; 20 ms of slack for timer and cache noise.
+TEST(ManyTensorsTest, VerifyAndListingOfThirtyThousandTensorsInOneFileAreLinear) {
+  const ScanSeconds small = time_scans(7500);
+  const ScanSeconds large = time_scans(30000);
+  EXPECT_LT(large.list, 8 * small.list + 0.02)
+      << "listing (manifest decoding) is not linear: " << small.list << " s for 7500, " << large.list << " s for 30000";
+  EXPECT_LT(large.verify, 8 * small.verify + 0.02)
+      << "verify is not linear in the tensors of one file: " << small.verify << " s for 7500, " << large.verify
+      << " s for 30000";
 }
 
 }  // namespace
