@@ -76,14 +76,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!round_trip) {
     t.length = (uint64_t{data[1]} << 8 | data[2]) * width;
     std::vector<std::byte> stored(size - 3);
-    std::memcpy(stored.data(), data + 3, stored.size());
+    if (!stored.empty()) std::memcpy(stored.data(), data + 3, stored.size());  // empty: data() may be null
     t.stored_length = stored.size();
     std::vector<std::byte> raw;
     (void)decode_both(t, stored, &raw, piece);
     return 0;
   }
   std::vector<std::byte> raw((size - 3) / width * width);
-  std::memcpy(raw.data(), data + 3, raw.size());
+  if (!raw.empty()) std::memcpy(raw.data(), data + 3, raw.size());
   t.length = raw.size();
   constexpr uint32_t kChunk = 4096;
   ChunkCodec c;
