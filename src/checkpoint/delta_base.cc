@@ -114,14 +114,10 @@ Status DeltaBaseBytes::pread_exact(std::byte* out, size_t n, uint64_t offset) co
       if (r < 0) return Status::from_errno(errno, "cannot read the base of " + tensor_place(base_)).with_path(path_);
       if (r == 0) return damaged("its file ends early");
       got += static_cast<size_t>(r);
-      if (got % kDirectAlignment != 0 && got < skip + want) {
-        // A short read not at an aligned end: finish what is left buffered.
-        break;
-      }
+      // A direct read comes back short of an aligned end only at the end of the file.
+      if (got % kDirectAlignment != 0 && got < skip + want) return damaged("its file ends early");
     }
-    const size_t usable = std::min(got > skip ? got - skip : 0, want);
-    std::memcpy(out + done, buffer + skip, usable);
-    if (usable < want) FP_RETURN_IF_ERROR(pread_buffered(out + done + usable, want - usable, at + usable));
+    std::memcpy(out + done, buffer + skip, want);
     done += want;
   }
   return Status::ok();
