@@ -34,6 +34,8 @@ struct Args {
   std::optional<int64_t> keep_every;
   std::optional<int64_t> every;
   std::string bandwidth;
+  std::string part_size;
+  std::optional<unsigned> transfers;
   bool dry_run = false;
   bool json = false;
 };
@@ -76,6 +78,15 @@ int run(const Args& a) {
     if (!cap.is_ok()) return fail(kCommand, "invalid --bandwidth: " + cap.status().message(), kExitUsage);
     tier.bandwidth_bytes_per_second = *cap;
   }
+  if (!tier.is_object_store() && (!a.part_size.empty() || a.transfers)) {
+    return fail(kCommand, "--part-size and --transfers are for object-store tiers (s3://...)", kExitUsage);
+  }
+  if (!a.part_size.empty()) {
+    auto part = parse_size(a.part_size);
+    if (!part.is_ok()) return fail(kCommand, "invalid --part-size: " + part.status().message(), kExitUsage);
+    tier.part_bytes = *part;
+  }
+  if (a.transfers) tier.transfers = *a.transfers;
   CheckpointOptions base;
   auto engine_options = engine_options_from_env();
   if (!engine_options.is_ok()) return fail(kCommand, engine_options.status().to_string(), kExitUsage);
@@ -88,9 +99,13 @@ int run(const Args& a) {
   if (!local.is_ok()) return fail(kCommand, local.status().to_string(), kExitFailure);
 
   if (a.dry_run) {
-    PathInfo t = classify_path(a.tier);
+    PathInfo t = tier.is_object_store() ? PathInfo{} : classify_path(a.tier);
     std::vector<CheckpointInfo> present;
-    if (t.kind == PathKind::kRoot) {
+    if (tier.is_object_store()) {
+      auto listed = checkpoint::list_tier(tier);
+      if (!listed.is_ok()) return fail(kCommand, listed.status().to_string(), kExitFailure);
+      present = std::move(listed).value();
+    } else if (t.kind == PathKind::kRoot) {
       auto listed = list_checkpoints(a.tier);
       if (!listed.is_ok()) return fail(kCommand, listed.status().to_string(), kExitFailure);
       present = std::move(listed).value();
@@ -99,12 +114,12 @@ int run(const Args& a) {
     }
     return report(a, checkpoint::plan_drain(*local, present, tier), {});
   }
-  auto manager = checkpoint::open_tier(tier, base);
-  if (!manager.is_ok()) {
-    const Status& st = manager.status();
+  auto target = checkpoint::open_tier_target(tier, base);
+  if (!target.is_ok()) {
+    const Status& st = target.status();
     return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(), kExitFailure);
   }
-  auto present = (*manager)->list();
+  auto present = (*target)->list();
   if (!present.is_ok()) return fail(kCommand, present.status().to_string(), kExitFailure);
   std::vector<std::string> plan = checkpoint::plan_drain(*local, *present, tier);
   auto engine = IoEngine::create(base.engine);
@@ -114,8 +129,8 @@ int run(const Args& a) {
   if (!a.json) {
     hooks.begin = [](const std::string& tag) { std::cerr << "draining " << tag << " ...\n"; };
   }
-  checkpoint::TierPass pass = checkpoint::drain_tier(a.root, plan, *local, **engine, **manager, hooks);
-  if (Status st = (*manager)->close(); !st.is_ok()) pass.failures.push_back(st);
+  checkpoint::TierPass pass = checkpoint::drain_tier(a.root, plan, *local, **engine, **target, hooks);
+  if (Status st = (*target)->close(); !st.is_ok()) pass.failures.push_back(st);
   return report(a, plan, pass);
 }
 
@@ -128,7 +143,9 @@ Command add_drain_command(CLI::App& parent) {
       "Copy the committed checkpoints of a root into a tier (another root, e.g. on another "
       "filesystem) that lacks them, verified on the way; then apply the tier's retention");
   app->add_option("ROOT", args->root, "Checkpoint root to copy from")->required();
-  app->add_option("TIER", args->tier, "The tier: a checkpoint root (created if needed)")->required();
+  app->add_option("TIER", args->tier,
+                  "The tier: a checkpoint root (created if needed), or an object store's URL (s3://bucket/prefix)")
+      ->required();
   app->add_option("--keep-last", args->keep_last, "The tier keeps its newest N checkpoints")
       ->check(integer_in(1, int64_t{1} << 30));
   app->add_option("--keep-every", args->keep_every,
@@ -137,6 +154,10 @@ Command add_drain_command(CLI::App& parent) {
   app->add_option("--every", args->every, "Copy only checkpoints whose step is a multiple of N")
       ->check(integer_in(1, INT64_MAX));
   app->add_option("--bandwidth", args->bandwidth, "Cap the copy at this many bytes per second (e.g. 200MiB)");
+  app->add_option("--part-size", args->part_size,
+                  "Object stores: each uploaded part (5MiB to 5GiB; default 32MiB)");
+  app->add_option("--transfers", args->transfers, "Object stores: parts in flight at once (1 to 64; default 8)")
+      ->check(integer_in(1, 64));
   app->add_flag("--dry-run", args->dry_run, "Only print what would be copied");
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] { return run(*args); }};

@@ -12,8 +12,10 @@
 
 #include "checkpoint/tier_drain.h"
 #include "checkpoint_paths.h"
+#include "object_roots.h"
 #include "command.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/object_store.h"
 #include "format.h"
 
 namespace fastpersist::cli {
@@ -34,7 +36,11 @@ TierView tier_view(const std::string& root, const std::vector<CheckpointInfo>& l
   std::vector<std::string> roots{root};
   roots.insert(roots.end(), tiers.begin(), tiers.end());
   std::vector<Result<std::vector<CheckpointInfo>>> listings{local};
-  for (const std::string& t : tiers) listings.push_back(list_checkpoints(t));
+  for (const std::string& t : tiers) {
+    TierOptions tier;
+    tier.path = t;
+    listings.push_back(checkpoint::list_tier(tier));
+  }
   for (CheckpointPlace& p : checkpoint::merge_places(roots, listings, &v.unreachable)) {
     if (!p.local) {
       v.only_in_tiers.push_back(std::move(p));
@@ -56,10 +62,10 @@ std::string joined_or_dash(const std::vector<std::string>& items) {
 int print_root_listing(const std::string& command, const std::string& root, bool json,
                        const std::vector<std::string>& tiers) {
   std::vector<std::string> skipped_raw;
-  auto listed = list_checkpoints(root, &skipped_raw);
+  auto listed = list_any_root(root, &skipped_raw);
   if (!listed.is_ok()) return fail(command, listed.status().to_string(), kExitFailure);
   const TierView view = tiers.empty() ? TierView{} : tier_view(root, *listed, tiers);
-  auto latest = latest_checkpoint(root);
+  auto latest = latest_of_any_root(root, *listed);
   if (!latest.is_ok()) return fail(command, latest.status().to_string(), kExitFailure);
   const std::vector<CheckpointInfo>& all = *listed;
   const std::optional<std::string>& latest_tag = *latest;
@@ -179,6 +185,9 @@ Command add_list_command(CLI::App& parent) {
                   "the checkpoints only a tier holds");
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
   return {app, [args] {
+            if (is_object_store_url(args->root)) {
+              return print_root_listing("list", args->root, args->json, args->tiers);
+            }
             PathInfo p = classify_path(args->root);
             switch (p.kind) {
               case PathKind::kMissing:

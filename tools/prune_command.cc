@@ -25,8 +25,10 @@
 #include "command.h"
 #include "format.h"
 #include "number_checks.h"
+#include "object_roots.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/object_store.h"
 #include "fastpersist/options.h"
 
 namespace fastpersist::cli {
@@ -113,7 +115,40 @@ int report(const Args& a, const std::vector<std::string>& removed,
   return kExitOk;
 }
 
+// An object-store tier: no lock to take (one drainer per tier, docs/tiers.md); every removal
+// deletes the manifest first.
+int run_object_tier(const Args& a) {
+  auto tier = open_object_root(a.root);
+  if (!tier.is_ok()) return fail(kCommand, tier.status().to_string(), kExitFailure);
+  auto scan = (*tier)->scan();
+  if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
+  std::vector<std::string> damaged;
+  if (a.verify) {
+    auto options = engine_options_from_env();
+    if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
+    auto engine = IoEngine::create(*options);
+    if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
+    const std::string scratch = scratch_folder();
+    damaged = checkpoint::demote_damaged(&*scan, a.keep_last, [&](const CheckpointInfo& c) -> std::string {
+      auto report = checkpoint::verify_object_checkpoint(**tier, c.tag, scratch, **engine);
+      if (!report.is_ok()) return "cannot be verified: " + report.status().to_string();
+      return report->ok() ? "" : report->problems.front();
+    });
+  }
+  checkpoint::RetentionDecision decision = checkpoint::decide_retention(*scan, a.keep_last, a.keep_every);
+  std::set<std::string> gone(decision.remove.begin(), decision.remove.end());
+  std::vector<std::string> kept;
+  for (const CheckpointInfo& c : scan->committed) {
+    if (gone.count(c.tag) == 0) kept.push_back(c.tag);
+  }
+  if (!a.dry_run && !decision.remove.empty()) {
+    if (Status st = (*tier)->remove_all(decision.remove); !st.is_ok()) return fail(kCommand, st.to_string(), kExitFailure);
+  }
+  return report(a, decision.remove, kept, damaged, "", a.dry_run ? decision.kept : decltype(decision.kept){});
+}
+
 int run(const Args& a) {
+  if (is_object_store_url(a.root)) return run_object_tier(a);
   PathInfo p = classify_path(a.root);
   if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
   if (p.kind == PathKind::kCheckpoint || p.kind == PathKind::kIncompleteCheckpoint) {

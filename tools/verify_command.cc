@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,10 +25,12 @@
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/io_engine.h"
+#include "fastpersist/object_store.h"
 #include "fastpersist/options.h"
 #include "fastpersist/progress.h"
 #include "fastpersist/safetensors.h"
 #include "format.h"
+#include "object_roots.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -124,6 +127,10 @@ int verify_checkpoint_dir(const Args& a, const std::string& dir, IoEngine& engin
   return o.ok() ? kExitOk : kExitFailure;
 }
 
+int verify_tags(const Args& a, const std::string& root, const std::vector<std::string>& tags,
+                const std::function<Outcome(const std::string&)>& check,
+                const std::function<bool(const std::string&)>& vanished);
+
 int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool progress) {
   std::vector<std::string> skipped_raw;
   auto listed = list_checkpoints(root, &skipped_raw);
@@ -152,13 +159,57 @@ int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool p
   std::sort(extra.begin(), extra.end());
   for (const std::string& name : extra) tags.push_back(name);
 
+  return verify_tags(
+      a, root, tags, [&](const std::string& tag) { return verify_dir(root + "/" + tag, tag, engine, progress); },
+      [&](const std::string& tag) {
+        struct stat st {};
+        return ::lstat((root + "/" + tag).c_str(), &st) != 0 && errno == ENOENT;
+      });
+}
+
+// An object-store tier: every checkpoint fetched into a scratch folder and checked there.
+int verify_object_tier(const Args& a, const std::string& url, IoEngine& engine) {
+  auto tier = open_object_root(url);
+  if (!tier.is_ok()) return fail(kCommand, tier.status().to_string(), kExitFailure);
+  auto scan = (*tier)->scan();
+  if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
+  std::vector<std::string> tags;
+  for (const CheckpointInfo& c : scan->committed) tags.push_back(c.tag);
+  for (const checkpoint::DamagedCheckpoint& d : scan->damaged) tags.push_back(d.tag);
+  const std::string scratch = scratch_folder();
+  std::set<std::string> not_found;
+  auto check = [&](const std::string& tag) {
+    Outcome o;
+    o.tag = tag;
+    o.path = url + "/" + tag;
+    auto start = std::chrono::steady_clock::now();
+    auto report = checkpoint::verify_object_checkpoint(**tier, tag, scratch, engine);
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!report.is_ok()) {
+      if (report.status().code() == StatusCode::kNotFound) not_found.insert(tag);
+      o.problems.push_back("cannot be verified: " + report.status().to_string());
+      return o;
+    }
+    o.problems = report->problems;
+    o.bytes_checked = report->bytes_checked;
+    o.has_checksums = report->has_checksums;
+    return o;
+  };
+  return verify_tags(a, url, tags, check, [&](const std::string& tag) { return not_found.count(tag) != 0; });
+}
+
+// Verifies `tags` of `root` in order with `check` and prints the outcome of each, then the
+// summary. `vanished(tag)`: whether a checkpoint that failed went away meanwhile (another
+// process's retention removed it): not damage.
+int verify_tags(const Args& a, const std::string& root, const std::vector<std::string>& tags,
+                const std::function<Outcome(const std::string&)>& check,
+                const std::function<bool(const std::string&)>& vanished) {
   std::vector<Outcome> outcomes;
   std::vector<std::string> gone;  // removed while they were checked (another process's retention)
   size_t damaged = 0;
   for (const std::string& tag : tags) {
-    Outcome o = verify_dir(root + "/" + tag, tag, engine, progress);
-    struct stat st {};
-    if (!o.ok() && ::lstat((root + "/" + tag).c_str(), &st) != 0 && errno == ENOENT) {
+    Outcome o = check(tag);
+    if (!o.ok() && vanished(tag)) {
       // Its files went missing because the whole checkpoint went: not damage.
       gone.push_back(tag);
       if (!a.json) std::cout << "GONE     " << tag << ": removed while it was checked\n";
@@ -255,6 +306,11 @@ Command add_verify_command(CLI::App& parent) {
       "Exit status: 0 intact, 1 damaged (every problem is printed) or unreadable, 2 bad "
       "arguments.");
   return {app, [args] {
+            if (is_object_store_url(args->path)) {
+              auto engine = make_engine();
+              if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
+              return verify_object_tier(*args, args->path, **engine);
+            }
             PathInfo p = classify_path(args->path);
             if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
             if (p.kind == PathKind::kOtherFile || p.kind == PathKind::kTorchFile) {

@@ -20,24 +20,44 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "fastpersist/object_store.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist {
 
+// Object stores (object_store.h): a tier whose path is a URL ("s3://bucket/run1") is a bucket
+// prefix, opened with open_object_store() unless `store` is given. Each file goes up in parts of
+// `part_bytes`, `transfers` parts at once (multipart uploads); pulls read the same way, in
+// ranged reads. The manifest uploaded last is the commit marker.
+inline constexpr uint64_t kDefaultTierPartBytes = uint64_t{32} << 20;
+inline constexpr uint64_t kMinTierPartBytes = uint64_t{5} << 20;   // S3's smallest part
+inline constexpr uint64_t kMaxTierPartBytes = uint64_t{5} << 30;   // S3's largest part
+inline constexpr unsigned kDefaultTierTransfers = 8;
+inline constexpr unsigned kMaxTierTransfers = 64;
+
 struct TierOptions {
-  std::string path;                   // a directory, usually on another filesystem (created)
+  // A directory, usually on another filesystem (created), or an object store's URL.
+  std::string path;
   std::optional<unsigned> keep_last;  // the tier's own retention (as CheckpointOptions')
   std::optional<int64_t> keep_every;
   // Which checkpoints go there: those whose step is a multiple of `every` (checkpoints without
   // a step then stay local); nullopt: every committed checkpoint.
   std::optional<int64_t> every;
   uint64_t bandwidth_bytes_per_second = 0;  // the drain's cap (0: none)
+  // Object stores only (ignored for a directory).
+  std::shared_ptr<ObjectStore> store;  // null: open_object_store(path)
+  uint64_t part_bytes = kDefaultTierPartBytes;
+  unsigned transfers = kDefaultTierTransfers;
 
-  // kInvalidArgument: an empty path, keep_last 0, keep_every or every below 1.
+  bool is_object_store() const { return store != nullptr || is_object_store_url(path); }
+
+  // kInvalidArgument: an empty path, keep_last 0, keep_every or every below 1, part_bytes
+  // outside [5 MiB, 5 GiB], transfers outside [1, 64].
   Status validate() const;
 };
 

@@ -33,6 +33,8 @@ void bind_progress(nb::module_& m);
 void bind_paths(nb::module_& m);
 void bind_layout(nb::module_& m);
 void bind_manifest(nb::module_& m);
+void bind_object_stores(nb::module_& m);
+void bind_cli(nb::module_& m);  // only when the CLI is built (FASTPERSIST_HAVE_CLI)  // after bind_checkpoint (TierOptions)
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).
 [[noreturn]] void raise_status(const Status& status);

@@ -103,6 +103,17 @@ class PyCheckpointManager {
   PyCheckpointManager(const std::string& root, const CheckpointOptions& options) {
     manager_ = unwrap(without_gil([&] { return CheckpointManager::open(root, options); }));
   }
+  // A manager dropped without close() closes here, which joins its threads: the drain thread
+  // may be waiting for the GIL inside an object store's Python client, so let it run.
+  ~PyCheckpointManager() {
+    if (!manager_) return;
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      nb::gil_scoped_release nogil;
+      manager_.reset();
+    }
+  }
+  PyCheckpointManager(const PyCheckpointManager&) = delete;
+  PyCheckpointManager& operator=(const PyCheckpointManager&) = delete;
 
   PendingSave save_async(const std::string& tag, const std::vector<TensorTuple>& tensors,
                          const std::map<std::string, std::string>& aliases, nb::bytes objects,

@@ -18,6 +18,10 @@ NB_MODULE(_core, m) {
   fp::bind_manifest(m);
   fp::bind_commit(m);
   fp::bind_checkpoint(m);
+  fp::bind_object_stores(m);
+#ifdef FASTPERSIST_HAVE_CLI
+  fp::bind_cli(m);
+#endif
   fp::bind_progress(m);
   fp::bind_paths(m);
   fp::bind_layout(m);

@@ -16,7 +16,6 @@
 
 namespace fastpersist {
 namespace checkpoint {
-namespace {
 
 CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
   CheckpointInfo info;
@@ -33,8 +32,6 @@ CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
   info.references = referenced_tags(m);
   return info;
 }
-
-}  // namespace
 
 std::vector<std::string> referenced_tags(const Manifest& manifest) {
   std::set<std::string> tags;

@@ -618,23 +618,27 @@ std::vector<TierState> CheckpointManager::tier_states() const {
 
 Result<std::vector<CheckpointPlace>> CheckpointManager::locations(std::vector<std::string>* unreachable) const {
   std::vector<std::string> roots{impl_->root};
-  for (const TierOptions& t : impl_->options.tiers) roots.push_back(t.path);
   std::vector<Result<std::vector<CheckpointInfo>>> listings;
-  for (const std::string& r : roots) listings.push_back(list_checkpoints(r));
+  listings.push_back(list_checkpoints(impl_->root));
+  for (const TierOptions& t : impl_->options.tiers) {
+    roots.push_back(t.path);
+    listings.push_back(checkpoint::list_tier(t));
+  }
   FP_RETURN_IF_ERROR(listings.front().status());  // the local root must be readable
   return checkpoint::merge_places(roots, listings, unreachable);
 }
 
 Result<uint64_t> CheckpointManager::pull(const std::string& tier_path, const std::string& tag) {
   const auto& tiers = impl_->options.tiers;
-  if (std::none_of(tiers.begin(), tiers.end(), [&](const TierOptions& t) { return t.path == tier_path; })) {
+  auto tier = std::find_if(tiers.begin(), tiers.end(), [&](const TierOptions& t) { return t.path == tier_path; });
+  if (tier == tiers.end()) {
     return Status(StatusCode::kInvalidArgument, "'" + tier_path + "' is not one of this manager's tiers");
   }
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
   }
-  return checkpoint::copy_with_bases(tier_path, tag, *impl_->engine, *this);
+  return checkpoint::copy_with_bases(*tier, tag, *impl_->engine, *this);
 }
 
 const std::string& CheckpointManager::root() const { return impl_->root; }

@@ -37,6 +37,9 @@ struct RootScan {
 
 Result<RootScan> scan_root(const std::string& root);
 
+// What list_checkpoints says of a committed checkpoint TAG with manifest `m`.
+CheckpointInfo info_of(const std::string& tag, const Manifest& m);
+
 // The checkpoints whose files a manifest references (the tags of its "<tag>/<file>" names), in
 // name order, each once.
 std::vector<std::string> referenced_tags(const Manifest& manifest);

@@ -33,6 +33,8 @@ Status sync_file(const std::string& path) {
   return Status::ok();
 }
 
+}  // namespace
+
 CommitContent content_of(Manifest m) {
   CommitContent c;
   c.step = m.step;
@@ -48,6 +50,8 @@ CommitContent content_of(Manifest m) {
   c.blocking_seconds = m.blocking_seconds;
   return c;
 }
+
+namespace {
 
 // One own file: streamed from `from`, checked, written to `to` (a new file).
 Status copy_file_checked(const std::string& dir, const std::string& from, const std::string& to, const Manifest& m, size_t file,

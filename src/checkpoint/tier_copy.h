@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/status.h"
 
@@ -23,6 +24,10 @@ using CopyPacer = std::function<Status(uint64_t copied_bytes)>;
 // kBusy once `*cancel` is set (optional).
 CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel = nullptr,
                      std::function<bool()> pause = {});
+
+// What committing a copy of the checkpoint `m` records: its step, metadata, files, tensors,
+// aliases and creation time (the committing library's version is written anew).
+CommitContent content_of(Manifest m);
 
 struct CopyResult {
   bool copied = false;  // false: `destination` already had the tag (nothing was done)

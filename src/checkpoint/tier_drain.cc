@@ -80,13 +80,13 @@ Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier, co
 
 TierPass drain_tier(const std::string& local_root, const std::vector<std::string>& plan,
                     const std::vector<CheckpointInfo>& local, IoEngine& read_engine,
-                    CheckpointManager& tier, const TierPassHooks& hooks) {
+                    TierTarget& tier, const TierPassHooks& hooks) {
   TierPass pass;
   std::unordered_map<std::string, const CheckpointInfo*> by_tag;
   for (const CheckpointInfo& c : local) by_tag.emplace(c.tag, &c);
   std::unordered_set<std::string> failed;
   TierOptions where;
-  where.path = tier.root();
+  where.path = tier.where();
   for (const std::string& tag : plan) {
     auto info = by_tag.find(tag);
     std::string failed_base;
@@ -102,7 +102,7 @@ TierPass drain_tier(const std::string& local_root, const std::vector<std::string
                                                   failed_base + "' could not be");
     } else {
       auto began = Clock::now();
-      auto copied = copy_checkpoint(local_root, tag, read_engine, tier, hooks.pacer);
+      auto copied = tier.receive(local_root, tag, read_engine, hooks.pacer);
       if (copied.is_ok()) {
         if (copied->copied) {
           pass.drained.push_back(tag);
@@ -156,8 +156,8 @@ void TierDrainer::stop() {
   }
   if (thread_.joinable()) thread_.join();
   for (Tier& t : tiers_) {
-    if (t.manager) (void)t.manager->close();
-    t.manager.reset();
+    if (t.target) (void)t.target->close();
+    t.target.reset();
   }
 }
 
@@ -281,22 +281,23 @@ void TierDrainer::pass() {
   for (size_t i = 0; i < tiers_.size() && scanned.is_ok(); ++i) {
     Tier& tier = tiers_[i];
     Status st;
-    if (!tier.manager) {
-      auto opened = open_tier(tier.options, setup_.base);
+    if (!tier.target) {
+      auto opened = open_tier_target(tier.options, setup_.base);
       if (opened.is_ok()) {
-        tier.manager = std::move(opened).value();
+        tier.target = std::move(opened).value();
       } else {
         st = opened.status();
       }
     }
     if (st.is_ok()) {
-      auto present = tier.manager->list();
+      auto present = tier.target->list();
       if (present.is_ok()) {
         tier.listing = std::move(present).value();
         plans[i] = plan_drain(*scanned, tier.listing, tier.options);
       } else {
         st = in_tier(tier.options, present.status());
-        tier.manager.reset();  // opened again next time (the tier may come back)
+        (void)tier.target->close();
+        tier.target.reset();  // opened again next time (the tier may come back)
       }
     }
     std::lock_guard lock(mu_);
@@ -328,7 +329,7 @@ void TierDrainer::pass() {
       }
     };
     hooks.pacer = make_pacer(tier.options.bandwidth_bytes_per_second, &cancel_, setup_.pause);
-    TierPass result = drain_tier(setup_.local_root, *plans[i], *scanned, *read_engine_, *tier.manager, hooks);
+    TierPass result = drain_tier(setup_.local_root, *plans[i], *scanned, *read_engine_, *tier.target, hooks);
     {
       std::lock_guard lock(mu_);
       tier.state.checkpoints_drained += result.drained.size();
@@ -342,9 +343,9 @@ void TierDrainer::pass() {
   // Each tier's lock is held only during a pass, so that between passes other tools may use
   // the tier (prune it, open a manager on it to load).
   for (Tier& tier : tiers_) {
-    if (!tier.manager) continue;
-    if (Status st = tier.manager->close(); !st.is_ok()) failures.push_back(in_tier(tier.options, st));
-    tier.manager.reset();
+    if (!tier.target) continue;
+    if (Status st = tier.target->close(); !st.is_ok()) failures.push_back(in_tier(tier.options, st));
+    tier.target.reset();
   }
   if (drained_any && setup_.after_drain) {
     if (Status st = setup_.after_drain(); !st.is_ok()) failures.push_back(st);

@@ -40,6 +40,28 @@ Status check_tiers(const std::string& root, const std::vector<TierOptions>& tier
 // durability.
 Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier, const CheckpointOptions& base);
 
+// Where one pass copies to: a directory tier (its CheckpointManager, whose lock the pass holds)
+// or an object tier (object_tier.h). Opened for a pass, closed after it.
+class TierTarget {
+ public:
+  virtual ~TierTarget() = default;
+  virtual const std::string& where() const = 0;  // the tier's path or URL
+  // The committed checkpoints there, oldest first.
+  virtual Result<std::vector<CheckpointInfo>> list() = 0;
+  // Copies <local_root>/<tag> there (copy_checkpoint's contract, or ObjectTier::upload's).
+  virtual Result<CopyResult> receive(const std::string& local_root, const std::string& tag, IoEngine& read_engine,
+                                     const CopyPacer& pacer) = 0;
+  // Ends the pass: a directory tier's lock is released; an object tier's retention runs.
+  virtual Status close() = 0;
+};
+
+// A directory tier: open_tier. An object tier: its store opened, and what drains that died
+// left removed (objects without a manifest, unfinished uploads).
+Result<std::unique_ptr<TierTarget>> open_tier_target(const TierOptions& tier, const CheckpointOptions& base);
+
+// The committed checkpoints of a tier, oldest first, without opening it for a pass (no lock).
+Result<std::vector<CheckpointInfo>> list_tier(const TierOptions& tier);
+
 // What one pass over one tier did (drain_tier).
 struct TierPass {
   std::vector<std::string> drained;  // oldest first
@@ -60,7 +82,7 @@ struct TierPassHooks {
 // not stop the others, except that a checkpoint whose base failed is not tried.
 TierPass drain_tier(const std::string& local_root, const std::vector<std::string>& plan,
                     const std::vector<CheckpointInfo>& local, IoEngine& read_engine,
-                    CheckpointManager& tier, const TierPassHooks& hooks);
+                    TierTarget& tier, const TierPassHooks& hooks);
 
 // The background drainer of one CheckpointManager (thread-safe).
 class TierDrainer {
@@ -101,7 +123,7 @@ class TierDrainer {
 
   struct Tier {
     TierOptions options;
-    std::unique_ptr<CheckpointManager> manager;  // the drain thread's
+    std::unique_ptr<TierTarget> target;  // the drain thread's, open during a pass
     std::vector<CheckpointInfo> listing;         // the drain thread's: as last seen
     TierState state;                             // under mu_
   };
@@ -132,9 +154,9 @@ std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
                                           const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
                                           std::vector<std::string>* unreachable);
 
-// Copies `tag` from `source_root` into `destination`, first the checkpoints it references that
-// the destination lacks (CheckpointManager::pull()). Returns the bytes copied.
-Result<uint64_t> copy_with_bases(const std::string& source_root, const std::string& tag, IoEngine& read_engine,
+// Copies `tag` from the tier into `destination`, first the checkpoints it references that the
+// destination lacks (CheckpointManager::pull()). Returns the bytes copied.
+Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag, IoEngine& read_engine,
                                  CheckpointManager& destination);
 
 }  // namespace fastpersist::checkpoint

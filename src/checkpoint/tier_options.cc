@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <utility>
 
 #include "checkpoint/tier_drain.h"
@@ -16,6 +17,14 @@ Status TierOptions::validate() const {
   if (keep_last && *keep_last == 0) return bad("keep_last must be at least 1 (the newest checkpoint is always kept)");
   if (keep_every && *keep_every < 1) return bad("keep_every must be at least 1");
   if (every && *every < 1) return bad("every must be at least 1");
+  if (part_bytes < kMinTierPartBytes || part_bytes > kMaxTierPartBytes) {
+    return bad("part_bytes must be between 5 MiB and 5 GiB (the part sizes S3 accepts), got " +
+               std::to_string(part_bytes));
+  }
+  if (transfers < 1 || transfers > kMaxTierTransfers) {
+    return bad("transfers must be between 1 and " + std::to_string(kMaxTierTransfers) + ", got " +
+               std::to_string(transfers));
+  }
   return Status::ok();
 }
 
@@ -31,8 +40,18 @@ Status check_tiers(const std::string& root, const std::vector<TierOptions>& tier
   std::vector<std::pair<fs::path, std::string>> places;
   std::error_code ec;
   places.emplace_back(fs::weakly_canonical(fs::absolute(root, ec), ec), "the local root");
+  std::vector<std::string> urls;
   for (const TierOptions& t : tiers) {
     FP_RETURN_IF_ERROR(t.validate());
+    if (t.is_object_store()) {
+      const std::string url = t.store ? t.store->url() : t.path;
+      if (std::find(urls.begin(), urls.end(), url) != urls.end()) {
+        return Status(StatusCode::kInvalidArgument,
+                      "tier " + url + " is given twice: each tier needs a place of its own");
+      }
+      urls.push_back(url);
+      continue;
+    }
     places.emplace_back(fs::weakly_canonical(fs::absolute(t.path, ec), ec), "tier " + t.path);
   }
   auto inside = [](const fs::path& a, const fs::path& b) {  // a == b or a under b

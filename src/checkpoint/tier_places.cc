@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/object_tier.h"
 #include "checkpoint/root_scan.h"
 #include "checkpoint/tier_drain.h"
 #include "fastpersist/checkpoint_reader.h"
@@ -33,9 +34,21 @@ std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
   return places;
 }
 
-Result<uint64_t> copy_with_bases(const std::string& source_root, const std::string& tag, IoEngine& read_engine,
+Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag, IoEngine& read_engine,
                                  CheckpointManager& destination) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
+  if (tier.is_object_store()) {
+    FP_ASSIGN_OR_RETURN(std::unique_ptr<ObjectTier> objects, open_object_tier(tier));
+    FP_ASSIGN_OR_RETURN(Manifest m, objects->read_manifest(tag));
+    uint64_t bytes = 0;
+    for (const std::string& base : referenced_tags(m)) {
+      FP_ASSIGN_OR_RETURN(CopyResult b, objects->download(base, destination, read_engine));
+      bytes += b.bytes;
+    }
+    FP_ASSIGN_OR_RETURN(CopyResult c, objects->download(tag, destination, read_engine));
+    return bytes + c.bytes;
+  }
+  const std::string& source_root = tier.path;
   FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(join_path(source_root, tag)));
   uint64_t bytes = 0;
   for (const std::string& base : referenced_tags(m)) {

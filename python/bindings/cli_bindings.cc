@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// `_core.run_cli(argv)`: the `fastpersist` command line run in this process (tools/run_cli.h),
+// so that commands naming an object store use the client the Python package installed.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "run_cli.h"
+
+namespace fastpersist::python {
+
+void bind_cli(nb::module_& m) {
+  m.def(
+      "run_cli",
+      [](const std::vector<std::string>& args) {
+        std::vector<std::string> owned{"fastpersist"};
+        owned.insert(owned.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (std::string& a : owned) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        nb::gil_scoped_release nogil;
+        return cli::run_cli(static_cast<int>(owned.size()), argv.data());
+      },
+      "args"_a, "Runs `fastpersist ARGS...` in this process and returns its exit status.");
+}
+
+}  // namespace fastpersist::python

@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+// Object-store tiers (object_store.h, object_tier.h): a manager drains into a store through the
+// ObjectStore interface (here a directory-backed store with fault injection; the real S3 server
+// is tested from Python): files in parallel parts, checked on the way, the manifest last as the
+// commit marker; retention in the store; pulls back with every byte checked; a damaged local
+// copy never uploaded; an unreachable store never failing a local save; what a drain that died
+// left removed; verification of a stored checkpoint.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint/object_tier.h"
+#include "checkpoint/part_upload.h"
+#include "checkpoint/tier_drain.h"
+#include "fastpersist/checkpoint.h"
+#include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/object_store.h"
+#include "testing/dir_object_store.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+
+namespace fastpersist::testing {
+namespace {
+
+constexpr uint64_t kPart = uint64_t{5} << 20;  // the smallest part a tier takes
+
+// About 13 MiB in one file (three parts) plus the small mixed tensors.
+TestState big_state(int64_t step) {
+  TestState s = mixed_state(static_cast<uint64_t>(step));
+  s.add("model.big.weight", "F32", {13 * 1024 * 1024 / 4 + 77}, static_cast<uint64_t>(step) + 100);
+  s.step = step;
+  return s;
+}
+
+class ObjectTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override { store_ = std::make_shared<DirObjectStore>(dir_.file("store"), "test://bucket/run"); }
+
+  std::string local() const { return dir_.file("local"); }
+
+  TierOptions tier() const {
+    TierOptions t;
+    t.path = store_->url();
+    t.store = store_;
+    t.part_bytes = kPart;
+    t.transfers = 4;
+    return t;
+  }
+  CheckpointOptions options(std::vector<TierOptions> tiers) const {
+    CheckpointOptions o = small_options();
+    o.target_file_bytes = 64 * kMiB;  // the big tensor stays one file: a multipart upload
+    o.tiers = std::move(tiers);
+    return o;
+  }
+  std::unique_ptr<CheckpointManager> open(const CheckpointOptions& o, const std::string& root) {
+    auto m = CheckpointManager::open(root, o);
+    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+    return m.is_ok() ? std::move(m).value() : nullptr;
+  }
+  std::vector<std::string> tier_tags() {
+    checkpoint::ObjectTier t(store_, {kPart, 4});
+    auto listed = t.list();
+    EXPECT_TRUE(listed.is_ok()) << listed.status().to_string();
+    return listed.is_ok() ? tags_of(*listed) : std::vector<std::string>{};
+  }
+  std::vector<Status> save(CheckpointManager& m, const std::string& tag, const TestState& s) {
+    auto pending = m.save_async(tag, s.content());
+    EXPECT_TRUE(pending.is_ok()) << pending.status().to_string();
+    if (!pending.is_ok()) return {};
+    Status st = pending->wait();
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return pending->tier_errors();
+  }
+
+  TempDir dir_;
+  std::shared_ptr<DirObjectStore> store_;
+};
+
+TEST_F(ObjectTierTest, DrainsInPartsCommitsWithTheManifestAndPullsBackIntact) {
+  store_->part_delay = std::chrono::milliseconds(30);  // parts overlap long enough to be seen
+  std::vector<TestState> states{big_state(1), big_state(2)};
+  {
+    auto m = open(options({tier()}), local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_TRUE(save(*m, "s1", states[0]).empty());
+    EXPECT_TRUE(save(*m, "s2", states[1]).empty());
+    FP_ASSERT_OK(m->wait_drains());
+    FP_ASSERT_OK(m->close());
+  }
+  EXPECT_EQ(joined(tier_tags()), joined({"s1", "s2"}));
+  EXPECT_EQ(store_->read("latest"), "s2");
+  EXPECT_GE(store_->parts_uploaded.load(), 6u) << "13 MiB files in 5 MiB parts";
+  EXPECT_GE(store_->most_parts_in_flight.load(), 2) << "parts go up in parallel";
+  EXPECT_TRUE(store_->open_uploads().empty());
+  // The stored manifest is the local one, byte for byte.
+  EXPECT_EQ(store_->read("s2/manifest.json"), read_text(local() + "/s2/manifest.json"));
+
+  // The local disk is lost: a new manager on an empty root pulls from the tier, every byte
+  // checked, and the checkpoint loads as saved.
+  const std::string fresh = dir_.file("fresh");
+  auto m = open(options({tier()}), fresh);
+  ASSERT_NE(m, nullptr);
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<CheckpointPlace> places, m->locations());
+  ASSERT_EQ(places.size(), 2u);
+  EXPECT_FALSE(places[1].local);
+  EXPECT_EQ(places[1].roots, std::vector<std::string>{store_->url()});
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t bytes, m->pull(store_->url(), "s2"));
+  EXPECT_GT(bytes, states[1].total_bytes());
+  expect_checkpoint_matches(fresh + "/s2", states[1]);
+  FP_ASSERT_OK(m->close());
+}
+
+TEST_F(ObjectTierTest, KeepsItsOwnRetentionAndSendsIncrementalBasesFirst) {
+  TierOptions t = tier();
+  t.keep_last = 2;
+  CheckpointOptions o = options({t});
+  o.incremental = true;
+  auto m = open(o, local());
+  ASSERT_NE(m, nullptr);
+  TestState s = big_state(1);
+  for (int64_t step = 1; step <= 4; ++step) {
+    s.step = step;
+    s.tensors[0].bytes[0] = static_cast<std::byte>(step);  // one small tensor changes each time
+    EXPECT_TRUE(save(*m, "s" + std::to_string(step), s).empty());
+  }
+  FP_ASSERT_OK(m->wait_drains());
+  FP_ASSERT_OK(m->close());
+  std::vector<std::string> there = tier_tags();
+  // The newest two, and the full checkpoint they reference (kept as their base).
+  ASSERT_GE(there.size(), 2u);
+  EXPECT_EQ(there[there.size() - 1], "s4");
+  EXPECT_EQ(there[there.size() - 2], "s3");
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::RootScan scan, objects.scan());
+  EXPECT_TRUE(scan.damaged.empty()) << scan.damaged.front().reason;
+  for (const CheckpointInfo& c : scan.committed) {
+    for (const std::string& base : c.references) {
+      EXPECT_NE(std::find(there.begin(), there.end(), base), there.end()) << c.tag << " lost its base " << base;
+    }
+  }
+  // Pulled back into a new root (bases first), the newest loads as saved.
+  const std::string fresh = dir_.file("fresh");
+  auto back = open(options({tier()}), fresh);
+  ASSERT_NE(back, nullptr);
+  FP_ASSERT_OK(back->pull(store_->url(), "s4").status());
+  expect_checkpoint_matches(fresh + "/s4", s);
+  FP_ASSERT_OK(back->close());
+}
+
+TEST_F(ObjectTierTest, ADamagedLocalCopyIsNeverUploaded) {
+  CheckpointOptions plain = options({});
+  TestState s = big_state(1);
+  {
+    auto m = open(plain, local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(save_and_wait(*m, "s1", s), "");
+    FP_ASSERT_OK(m->close());
+  }
+  FP_ASSERT_OK_AND_ASSIGN(Manifest manifest, read_manifest(local() + "/s1"));
+  std::optional<size_t> found = manifest.find_tensor("model.big.weight");
+  ASSERT_TRUE(found.has_value());
+  const ManifestTensor* big = &manifest.tensors[*found];
+  flip_byte(local() + "/s1/" + big->file, big->offset + 9 * kMiB);
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  auto engine = make_engine();
+  auto up = objects.upload(local(), "s1", *engine);
+  ASSERT_FALSE(up.is_ok());
+  EXPECT_EQ(up.status().code(), StatusCode::kDataLoss) << up.status().to_string();
+  EXPECT_NE(up.status().message().find("model.big.weight"), std::string::npos) << up.status().message();
+  EXPECT_TRUE(tier_tags().empty());
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<ObjectEntry> left, store_->list(""));
+  EXPECT_TRUE(left.empty()) << left.front().key << ": a failed upload leaves nothing";
+  EXPECT_TRUE(store_->open_uploads().empty());
+}
+
+TEST_F(ObjectTierTest, AnUnreachableStoreNeverFailsALocalSaveAndIsRetried) {
+  store_->unreachable = true;
+  auto m = open(options({tier()}), local());
+  ASSERT_NE(m, nullptr);
+  TestState s = big_state(1);
+  save(*m, "s1", s);  // commits locally
+  Status waited = m->wait_drains(5.0);
+  EXPECT_FALSE(waited.is_ok());
+  EXPECT_NE(waited.to_string().find("connection refused"), std::string::npos) << waited.to_string();
+  EXPECT_EQ(joined(listed_tags(local())), joined({"s1"}));
+  std::vector<Status> reported = [&] {
+    TestState s2 = big_state(2);
+    return save(*m, "s2", s2);
+  }();
+  EXPECT_FALSE(reported.empty()) << "the next save reports the failed drain";
+  store_->unreachable = false;  // it comes back: the retry drains both
+  FP_ASSERT_OK(m->wait_drains(30.0));
+  EXPECT_EQ(joined(tier_tags()), joined({"s1", "s2"}));
+  FP_ASSERT_OK(m->close());
+}
+
+TEST_F(ObjectTierTest, WhatADrainThatDiedLeftIsRemovedAndNeverListed) {
+  TestState s = big_state(1);
+  {
+    auto m = open(options({}), local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(save_and_wait(*m, "s1", s), "");
+    FP_ASSERT_OK(m->close());
+  }
+  // A drain killed half-way: one file up, one upload unfinished, no manifest.
+  store_->write("s1/tensors-00000-of-00001.safetensors", "partial");
+  FP_ASSERT_OK(store_->begin_upload("s1/other.safetensors").status());
+  EXPECT_TRUE(tier_tags().empty()) << "no manifest, no checkpoint";
+  FP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<checkpoint::TierTarget> target,
+                          checkpoint::open_tier_target(tier(), small_options()));
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<ObjectEntry> left, store_->list(""));
+  EXPECT_TRUE(left.empty());
+  EXPECT_TRUE(store_->open_uploads().empty());
+  auto engine = make_engine();
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::CopyResult copied, target->receive(local(), "s1", *engine, {}));
+  EXPECT_TRUE(copied.copied);
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::CopyResult again, target->receive(local(), "s1", *engine, {}));
+  EXPECT_FALSE(again.copied) << "already there: not sent twice";
+  FP_ASSERT_OK(target->close());
+}
+
+TEST_F(ObjectTierTest, VerifyFindsDamageInTheStoreAndAPullRefusesIt) {
+  TestState s = big_state(1);
+  {
+    auto m = open(options({tier()}), local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_TRUE(save(*m, "s1", s).empty());
+    FP_ASSERT_OK(m->wait_drains());
+    FP_ASSERT_OK(m->close());
+  }
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  auto engine = make_engine();
+  const std::string scratch = dir_.file("scratch");
+  ASSERT_EQ(::mkdir(scratch.c_str(), 0700), 0);
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport intact, checkpoint::verify_object_checkpoint(objects, "s1", scratch, *engine));
+  EXPECT_TRUE(intact.ok()) << intact.problems.front();
+  EXPECT_GT(intact.bytes_checked, s.total_bytes());
+
+  FP_ASSERT_OK_AND_ASSIGN(Manifest manifest, objects.read_manifest("s1"));
+  std::optional<size_t> found = manifest.find_tensor("model.big.weight");
+  ASSERT_TRUE(found.has_value());
+  const ManifestTensor* big = &manifest.tensors[*found];
+  const std::string key = "s1/" + big->file;
+  std::string bytes = store_->read(key);
+  bytes[static_cast<size_t>(big->offset + 7 * kMiB)] ^= 0x20;
+  store_->write(key, bytes);
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport damaged, checkpoint::verify_object_checkpoint(objects, "s1", scratch, *engine));
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_TRUE(any_contains(damaged.problems, "model.big.weight")) << damaged.problems.front();
+  EXPECT_TRUE(names_with_prefix(scratch, ".fp-verify-").empty()) << "the scratch copy is removed";
+
+  const std::string fresh = dir_.file("fresh");
+  auto m = open(options({tier()}), fresh);
+  ASSERT_NE(m, nullptr);
+  auto pulled = m->pull(store_->url(), "s1");
+  ASSERT_FALSE(pulled.is_ok());
+  EXPECT_EQ(pulled.status().code(), StatusCode::kDataLoss) << pulled.status().to_string();
+  EXPECT_TRUE(listed_tags(fresh).empty()) << "nothing damaged is committed locally";
+  FP_ASSERT_OK(m->close());
+
+  // The damaged object's size changed too: scan() alone sees that.
+  store_->write(key, bytes.substr(0, bytes.size() - 1));
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::RootScan scan, objects.scan());
+  EXPECT_TRUE(scan.committed.empty());
+  ASSERT_EQ(scan.damaged.size(), 1u);
+  EXPECT_NE(scan.damaged[0].reason.find("the manifest says"), std::string::npos) << scan.damaged[0].reason;
+}
+
+TEST_F(ObjectTierTest, AFailedPartAbortsTheUploadAndRemovesWhatWasSent) {
+  TestState s = big_state(1);
+  {
+    auto m = open(options({}), local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(save_and_wait(*m, "s1", s), "");
+    FP_ASSERT_OK(m->close());
+  }
+  FP_ASSERT_OK_AND_ASSIGN(Manifest manifest, read_manifest(local() + "/s1"));
+  std::optional<size_t> found = manifest.find_tensor("model.big.weight");
+  ASSERT_TRUE(found.has_value());
+  const ManifestTensor* big = &manifest.tensors[*found];
+  store_->fail_key = big->file;
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  auto engine = make_engine();
+  auto up = objects.upload(local(), "s1", *engine);
+  ASSERT_FALSE(up.is_ok());
+  EXPECT_NE(up.status().message().find("injected failure"), std::string::npos) << up.status().to_string();
+  store_->fail_key.clear();
+  EXPECT_TRUE(store_->open_uploads().empty());
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<ObjectEntry> left, store_->list(""));
+  EXPECT_TRUE(left.empty()) << left.front().key;
+}
+
+TEST_F(ObjectTierTest, RemovalDeletesTheManifestFirstAndKeepsReferencedBases) {
+  CheckpointOptions o = options({});
+  o.incremental = true;
+  TestState s = big_state(1);
+  {
+    auto m = open(o, local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(save_and_wait(*m, "s1", s), "");
+    s.tensors[0].bytes[0] = std::byte{7};
+    EXPECT_EQ(save_and_wait(*m, "s2", s), "s1") << "incremental: s1 is its base";
+    FP_ASSERT_OK(m->close());
+  }
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  auto engine = make_engine();
+  auto early = objects.upload(local(), "s2", *engine);
+  ASSERT_FALSE(early.is_ok()) << "its base is not there yet";
+  EXPECT_EQ(early.status().code(), StatusCode::kDataLoss);
+  FP_ASSERT_OK(objects.upload(local(), "s1", *engine).status());
+  FP_ASSERT_OK(objects.upload(local(), "s2", *engine).status());
+  Status busy = objects.remove("s1");
+  EXPECT_EQ(busy.code(), StatusCode::kBusy) << busy.to_string();
+  FP_ASSERT_OK(objects.remove("s2"));
+  FP_ASSERT_OK(objects.remove("s1"));
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<ObjectEntry> left, store_->list(""));
+  EXPECT_TRUE(left.empty()) << left.front().key;
+  EXPECT_EQ(objects.remove("s1").code(), StatusCode::kNotFound);
+}
+
+TEST(ObjectStoreKeys, RelativeKeysOnly) {
+  FP_EXPECT_OK(ObjectStore::check_key("s1/tensors-00000-of-00001.safetensors"));
+  for (const std::string bad : {"", "/abs", "a//b", "a/../b", "..", "./a", "a/", "a\nb"}) {
+    EXPECT_EQ(ObjectStore::check_key(bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(is_object_store_url("s3://bucket/run"));
+  EXPECT_TRUE(is_object_store_url("gs://b"));
+  EXPECT_FALSE(is_object_store_url("/mnt/tier"));
+  EXPECT_FALSE(is_object_store_url("relative/path"));
+  EXPECT_FALSE(is_object_store_url("://x"));
+  EXPECT_FALSE(is_object_store_url("a b://x"));
+}
+
+TEST(ObjectStoreOpener, WithoutOneAUrlSaysWhatIsMissing) {
+  set_object_store_opener({});
+  auto opened = open_object_store("s3://bucket/run");
+  ASSERT_FALSE(opened.is_ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(opened.status().message().find("boto3"), std::string::npos) << opened.status().message();
+  TierOptions t;
+  t.path = "s3://bucket/run";
+  EXPECT_TRUE(t.is_object_store());
+  t.part_bytes = 1 << 20;
+  EXPECT_EQ(t.validate().code(), StatusCode::kInvalidArgument);
+  t.part_bytes = kPart;
+  t.transfers = 0;
+  EXPECT_EQ(t.validate().code(), StatusCode::kInvalidArgument);
+  t.transfers = 65;
+  EXPECT_EQ(t.validate().code(), StatusCode::kInvalidArgument);
+  t.transfers = 8;
+  FP_EXPECT_OK(t.validate());
+  // Two tiers on one URL are refused; a URL is never compared with directories.
+  EXPECT_EQ(checkpoint::check_tiers("/tmp/root", {t, t}).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fastpersist::testing
