@@ -219,7 +219,6 @@ class S3Store:
         if page_size < 1:
             raise ValueError(f"fastpersist: page_size must be positive, got {page_size}")
         full = self._full(prefix)
-        strip = len(self._full(""))
         found: List[Tuple[str, int]] = []
         with self._errors("list", prefix):
             pages = self._client.get_paginator("list_objects_v2").paginate(
@@ -228,7 +227,7 @@ class S3Store:
                 for obj in page.get("Contents", ()):
                     key = obj["Key"]
                     if key.startswith(full) and not key.endswith("/"):
-                        found.append((key[strip:], int(obj["Size"])))
+                        found.append((self._relative(key), int(obj["Size"])))
         return found
 
     def get_into(self, key: str, offset: int, out: WritableBytes) -> None:
@@ -365,9 +364,8 @@ class S3Store:
                     Delete={"Objects": [{"Key": self._full(k)} for k in batch], "Quiet": True})
             failed = response.get("Errors", [])
             if failed:
-                strip = len(self._full(""))
                 reasons = "; ".join(
-                    f"{e.get('Key', '?')[strip:]}: {e.get('Code', '?')} "
+                    f"{self._relative(e.get('Key', '?'))}: {e.get('Code', '?')} "
                     f"{e.get('Message', '')}".rstrip() for e in failed[:10])
                 more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
                 message = (f"fastpersist: {self.url}: could not remove {len(failed)} of "
@@ -380,6 +378,10 @@ class S3Store:
 
     def _full(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _relative(self, full_key: str) -> str:
+        root = self._full("")
+        return full_key[len(root):] if full_key.startswith(root) else full_key
 
     def _where(self, key: str) -> str:
         return f"{self.url}, key {key!r}"
@@ -448,6 +450,19 @@ class S3Store:
         return OSError(errno.EIO, f"fastpersist: {where}: {detail}")
 
 
+def open_object_store(url: str) -> S3Store:
+    """The store for an object-store URL (``s3://bucket/prefix``), with the default client:
+    boto3 reads the credentials, the region and ``AWS_ENDPOINT_URL`` from the environment.
+
+    Raises:
+        ValueError: not a URL of a kind of store fastpersist knows (only s3:// so far).
+    """
+    if isinstance(url, str) and url.startswith(SCHEME):
+        return S3Store(url)
+    raise ValueError(f"fastpersist: {url!r} is not an object-store URL fastpersist can open "
+                     "(s3://bucket/prefix)")
+
+
 def _error_code(e: Any) -> str:
     code = e.response.get("Error", {}).get("Code")
     if code:
@@ -483,4 +498,4 @@ def _make_client(endpoint_url: Optional[str], region: Optional[str]) -> Any:
                                           config=config)
 
 
-__all__ = ["S3Store", "parse_url"]
+__all__ = ["S3Store", "open_object_store", "parse_url"]

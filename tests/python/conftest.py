@@ -34,12 +34,13 @@ def handle(backend: str):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory):
-    """A SeaweedFS server with S3 on loopback for the whole session (tests/python/_seaweedfs.py),
-    or a skip saying why not (weed or boto3 not installed, the server did not start)."""
+    """A SeaweedFS server with S3 on loopback for the whole session (fastpersist.bench.seaweedfs;
+    any credentials work), or a skip saying why not (weed or boto3 not installed, the server did
+    not start). A test may stop() and restart() it (same ports and data)."""
     from _seaweedfs import SeaweedFS, SeaweedFSUnavailable
 
     try:
-        server = SeaweedFS.start(tmp_path_factory.mktemp("seaweedfs"))
+        server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
     except SeaweedFSUnavailable as e:
         pytest.skip(f"no S3 server for the object-store tests: {e}")
     try:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from fastpersist.object_store import S3Store, parse_url
+from fastpersist.object_store import S3Store, open_object_store, parse_url
 
 MiB = 1 << 20
 
@@ -114,6 +114,14 @@ def test_url_is_normalized(offline_store):
     assert offline_store.url == "s3://bucket/prefix"
     assert S3Store("s3://bucket/a/b/", client=offline_store.client).url == "s3://bucket/a/b"
     assert S3Store("s3://bucket/", client=offline_store.client).url == "s3://bucket"
+
+
+def test_open_object_store(offline_store):
+    store = open_object_store("s3://bucket/run/")
+    assert isinstance(store, S3Store) and store.url == "s3://bucket/run"
+    for not_a_store in ("/mnt/tier", "file:///mnt/tier", "gs://bucket"):
+        with pytest.raises(ValueError, match="not an object-store URL"):
+            open_object_store(not_a_store)
 
 
 def test_zero_length_read_sends_no_request(offline_store):
@@ -337,12 +345,27 @@ def test_short_reads_name_key_offset_and_length(s3_server, s3_bucket):
         store.get_into("ckpt/t.bin", 1000, bytearray(1))
 
 
-def test_refused_credentials_are_permission_errors(s3_server, s3_bucket):
+@pytest.fixture(scope="module")
+def private_s3_server(tmp_path_factory):
+    """A server of this module's own, with identities (others' credentials are refused), that
+    a test may stop without disturbing the session's."""
+    from _seaweedfs import SeaweedFS, SeaweedFSUnavailable
+
+    try:
+        server = SeaweedFS(tmp_path_factory.mktemp("private-seaweedfs"), identities=True).start()
+    except SeaweedFSUnavailable as e:
+        pytest.skip(f"no S3 server: {e}")
+    with server:
+        yield server
+
+
+def test_refused_credentials_are_permission_errors(private_s3_server):
     from _seaweedfs import READER_ACCESS_KEY, READER_SECRET_KEY
 
-    _, bucket = s3_bucket
-    _store(s3_server, bucket).put("k", b"data")
-    reader = _store(s3_server, bucket, access_key=READER_ACCESS_KEY,
+    server = private_s3_server
+    bucket = server.make_bucket("fastpersist-credentials")
+    _store(server, bucket).put("k", b"data")
+    reader = _store(server, bucket, access_key=READER_ACCESS_KEY,
                     secret_key=READER_SECRET_KEY)
     out = bytearray(4)
     reader.get_into("k", 0, out)
@@ -353,21 +376,21 @@ def test_refused_credentials_are_permission_errors(s3_server, s3_bucket):
             call()
         assert reader.url in str(info.value)
     for credentials in ({"secret_key": "wrong"}, {"access_key": "nobody"}):
-        stranger = _store(s3_server, bucket, **credentials)
+        stranger = _store(server, bucket, **credentials)
         with pytest.raises(PermissionError, match="SignatureDoesNotMatch|InvalidAccessKeyId"):
             stranger.list("")
 
 
 def test_nothing_listening_is_a_connection_error(monkeypatch, tmp_path):
     pytest.importorskip("boto3", reason="boto3 is not installed (pip install boto3)")
-    from _seaweedfs import _free_ports
+    from _seaweedfs import free_ports
 
     # The default client: credentials from the environment, nothing from ~/.aws.
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    endpoint = f"http://127.0.0.1:{_free_ports(1)[0]}"
+    endpoint = f"http://127.0.0.1:{free_ports(1)[0]}"
     store = S3Store("s3://bucket/p", endpoint_url=endpoint, region="us-east-1")
     started = time.monotonic()
     with pytest.raises(ConnectionError) as info:
@@ -396,14 +419,8 @@ def test_default_client_reads_the_environment(s3_server, s3_bucket, monkeypatch,
     assert out == b"through AWS_ENDPOINT_URL"
 
 
-def test_server_stopped_then_back(tmp_path):
-    """Its own server, so stopping it disturbs no other test."""
-    from _seaweedfs import SeaweedFS, SeaweedFSUnavailable
-
-    try:
-        server = SeaweedFS.start(tmp_path)
-    except SeaweedFSUnavailable as e:
-        pytest.skip(f"no S3 server: {e}")
+def test_server_stopped_then_back(private_s3_server):
+    server = private_s3_server
     try:
         server.make_bucket("fastpersist-restart")
         # One attempt a call: the retries would only add their back-off to the test.
@@ -421,8 +438,9 @@ def test_server_stopped_then_back(tmp_path):
         store.get_into("ckpt/manifest.json", 0, out)  # the same store works again
         assert out == b"{}" and store.list("") == [("ckpt/manifest.json", 2)]
     finally:
-        server.close()
-    assert not server.running
+        if not server.running:
+            server.restart()
+    assert server.running
 
 
 # ---------------------------------------------------------------- threads
