@@ -459,8 +459,8 @@ def open_object_store(url: str) -> S3Store:
     """
     if isinstance(url, str) and url.startswith(SCHEME):
         return S3Store(url)
-    raise ValueError(f"fastpersist: {url!r} is not an object-store URL fastpersist can open "
-                     "(s3://bucket/prefix)")
+    raise ValueError(f"fastpersist: {url!r}: unsupported object store; fastpersist opens "
+                     "s3://bucket/prefix (S3 and S3-compatible servers)")
 
 
 def _error_code(e: Any) -> str:

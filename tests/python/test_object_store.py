@@ -120,7 +120,7 @@ def test_open_object_store(offline_store):
     store = open_object_store("s3://bucket/run/")
     assert isinstance(store, S3Store) and store.url == "s3://bucket/run"
     for not_a_store in ("/mnt/tier", "file:///mnt/tier", "gs://bucket"):
-        with pytest.raises(ValueError, match="not an object-store URL"):
+        with pytest.raises(ValueError, match="unsupported object store"):
             open_object_store(not_a_store)
 
 
