@@ -13,6 +13,7 @@
 namespace fastpersist::python {
 
 void bind_cli(nb::module_& m) {
+  using namespace nb::literals;
   m.def(
       "run_cli",
       [](const std::vector<std::string>& args) {

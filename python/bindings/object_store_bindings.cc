@@ -204,6 +204,7 @@ std::shared_ptr<ObjectStore> wrap_store(nb::handle store) {
 }  // namespace
 
 void bind_object_stores(nb::module_& m) {
+  using namespace nb::literals;
   m.def(
       "set_object_store_opener",
       [](nb::object opener) {

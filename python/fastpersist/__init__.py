@@ -24,6 +24,7 @@ from .config import active_config, load_config
 from .errors import (CheckpointCorruptError, CheckpointLockedError, CheckpointUnsupportedError,
                      DistributedCheckpointError)
 from .maintenance import StaleFiles, clean_stale_temp_files
+from .object_store import open_object_store as _open_object_store
 from .serialization import load, read_file, save
 from .writer import FastFileWriter, MockFileWriter, PyFileWriter
 
@@ -52,6 +53,10 @@ def __getattr__(name: str) -> object:
     value = getattr(importlib.import_module(f".{module}", __name__), attr)
     globals()[name] = value
     return value
+
+# Tier URLs ("s3://...") reach C++ as strings; C++ asks this to open them (boto3, imported only
+# when a store is made).
+_core.set_object_store_opener(_open_object_store)
 
 PinnedBuffer = _core.PinnedBuffer
 __version__: str = _core.__version__

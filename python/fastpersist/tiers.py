@@ -22,6 +22,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from . import _core
 from ._engine_options import check_uint
 from ._system import parse_size
+from .object_store import open_object_store
 
 PathLike = Union[str, "os.PathLike[str]"]
 Size = Union[int, str]
@@ -43,6 +44,14 @@ class Tier:
         keep_last, keep_every: the tier's own retention (as CheckpointManager's).
         every: send only checkpoints whose step is a multiple of `every` (None: all).
         bandwidth: a cap on the drain, bytes per second or a size string ("200MiB").
+        part_size: object stores: the size of each uploaded part and ranged read [32MiB].
+        transfers: object stores: how many parts go up (or come down) at once [8].
+        store: object stores: the client to use (e.g. ``fastpersist.S3Store(url,
+            endpoint_url=...)``); None opens `path` with the default client (boto3, which
+            reads credentials and ``AWS_ENDPOINT_URL`` from the environment).
+
+    `path` may be an object store's URL, ``"s3://bucket/prefix"``: the checkpoints go there as
+    objects, each committed by its manifest, uploaded last (docs/tiers.md).
     """
 
     path: PathLike
@@ -50,17 +59,30 @@ class Tier:
     keep_every: Optional[int] = None
     every: Optional[int] = None
     bandwidth: Optional[Size] = None
+    part_size: Optional[Size] = None
+    transfers: Optional[int] = None
+    store: Any = None
 
     def _options(self) -> Any:
         path = os.fspath(self.path)
         if not isinstance(path, str):
             raise TypeError(f"fastpersist: a tier path must be a str or os.PathLike, got {path!r}")
-        if "://" in path:
-            raise ValueError(f"fastpersist: tier {path!r}: only directory tiers are supported "
-                             "(object-store tiers are not built yet); mount the store or pass a "
-                             "directory")
         o = _core.TierOptions()
         o.path = path
+        if self.store is not None or _core.is_object_store_url(path):
+            o.store = self.store if self.store is not None else open_object_store(path)
+            url = o.store.url  # C++ checked that it is a store: a str url and every method
+            if self.store is not None and _core.is_object_store_url(path) and path.rstrip("/") != url:
+                raise ValueError(f"fastpersist: tier {path!r} names another place than its store "
+                                 f"({url!r})")
+            o.path = url
+            if self.part_size is not None:
+                o.part_bytes = parse_size(self.part_size)
+            if self.transfers is not None:
+                o.transfers = check_uint("transfers", self.transfers, (1 << 32) - 1)
+        elif self.part_size is not None or self.transfers is not None:
+            raise ValueError(f"fastpersist: tier {path!r}: part_size and transfers are for object "
+                             "stores (s3:// URLs), not directories")
         if self.keep_last is not None:
             o.keep_last = check_uint("keep_last", self.keep_last, (1 << 32) - 1)
         for name in ("keep_every", "every"):
