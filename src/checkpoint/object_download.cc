@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cerrno>
 #include <map>
 #include <memory>
@@ -29,14 +30,45 @@
 namespace fastpersist::checkpoint {
 namespace {
 
-// Object `key` of `size` bytes into the new file `path`: ranges of `part_bytes`, `transfers` in
-// flight, each thread with a buffer of its own.
-Status fetch_object(ObjectStore& store, const std::string& key, uint64_t size, const std::string& path,
-                    const ObjectTransfer& transfer, bool durable) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot create the downloaded file").with_path(path);
-  const uint64_t parts = (size + transfer.part_bytes - 1) / transfer.part_bytes;
-  std::atomic<uint64_t> next{0};
+// Files fetched at once: their ranged reads share the transfers, so small files do not leave
+// most transfers idle; bounded so that a checkpoint of many files does not hold as many open.
+constexpr size_t kFilesAtOnce = 64;
+
+struct Fetch {
+  std::string key;   // the object
+  uint64_t size = 0;
+  std::string path;  // the new file it becomes
+};
+
+// Runs on a fetching thread once file `index` (of the batch's list) is complete (and synced when
+// durable), while the other threads go on fetching.
+using FileDone = std::function<Status(size_t index)>;
+
+// Each object into its new file: ranges of `part_bytes` from all of them, `transfers` in flight,
+// each thread with a buffer of its own.
+Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files, const ObjectTransfer& transfer, bool durable,
+                   const FileDone& done_file) {
+  std::vector<UniqueFd> fds;
+  struct Range {
+    size_t file;
+    uint64_t offset;
+    size_t bytes;
+  };
+  std::vector<Range> ranges;
+  std::unique_ptr<std::atomic<size_t>[]> left(new std::atomic<size_t>[files.size()]);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const Fetch& f = files[i];
+    UniqueFd fd(::open(f.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!fd.valid()) return Status::from_errno(errno, "cannot create the downloaded file").with_path(f.path);
+    fds.push_back(std::move(fd));
+    size_t n = 0;
+    for (uint64_t off = 0; off < f.size; off += transfer.part_bytes, ++n) {
+      ranges.push_back({i, off, static_cast<size_t>(std::min<uint64_t>(transfer.part_bytes, f.size - off))});
+    }
+    if (n == 0) ranges.push_back({i, 0, 0});  // an empty file is complete after a no-op range
+    left[i] = n == 0 ? 1 : n;
+  }
+  std::atomic<size_t> next{0};
   std::mutex mu;
   Status first_error;
   auto work = [&] {
@@ -46,42 +78,60 @@ Status fetch_object(ObjectStore& store, const std::string& key, uint64_t size, c
         std::lock_guard lock(mu);
         if (!first_error.is_ok()) return;
       }
-      const uint64_t part = next.fetch_add(1);
-      if (part >= parts) return;
-      const uint64_t offset = part * transfer.part_bytes;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(transfer.part_bytes, size - offset));
-      if (buffer.size() < n) buffer.resize(n);
-      Status st = store.get(key, offset, std::span<std::byte>(buffer.data(), n));
-      for (size_t done = 0; st.is_ok() && done < n;) {
-        ssize_t w = ::pwrite(fd.get(), buffer.data() + done, n - done, static_cast<off_t>(offset + done));
+      const size_t r = next.fetch_add(1);
+      if (r >= ranges.size()) return;
+      const Range& range = ranges[r];
+      const Fetch& f = files[range.file];
+      if (buffer.size() < range.bytes) buffer.resize(range.bytes);
+      Status st = range.bytes == 0 ? Status::ok()
+                                   : store.get(f.key, range.offset, std::span<std::byte>(buffer.data(), range.bytes));
+      if (!st.is_ok()) {
+        st = Status(st.code(), "reading " + store.url() + "/" + f.key + ": " + st.message(), st.sys_errno());
+      }
+      for (size_t done = 0; st.is_ok() && done < range.bytes;) {
+        ssize_t w = ::pwrite(fds[range.file].get(), buffer.data() + done, range.bytes - done,
+                             static_cast<off_t>(range.offset + done));
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
           st = Status::from_errno(w < 0 ? errno : EIO, "writing the downloaded bytes failed")
-                   .with_path(path)
-                   .with_range(offset + done, n - done);
+                   .with_path(f.path)
+                   .with_range(range.offset + done, range.bytes - done);
           break;
         }
         done += static_cast<size_t>(w);
       }
+      if (st.is_ok() && left[range.file].fetch_sub(1) == 1) {
+        // The file's last range: sync and check it now, overlapped with the other fetches.
+        if (durable && ::fdatasync(fds[range.file].get()) != 0) {
+          st = Status::from_errno(errno, "fdatasync of the downloaded file failed").with_path(f.path);
+        }
+        if (st.is_ok() && done_file) st = done_file(range.file);
+      }
       if (!st.is_ok()) {
         std::lock_guard lock(mu);
-        if (first_error.is_ok()) {
-          first_error = Status(st.code(), "reading " + store.url() + "/" + key + ": " + st.message(), st.sys_errno())
-                            .with_path(st.path());
-        }
+        if (first_error.is_ok()) first_error = st;
         return;
       }
     }
   };
   {
-    TaskPool pool(std::min<uint64_t>(transfer.transfers, std::max<uint64_t>(parts, 1)));
+    TaskPool pool(std::min<size_t>(transfer.transfers, std::max<size_t>(ranges.size(), 1)));
     TaskGroup group(pool);
     for (size_t i = 0; i < pool.threads(); ++i) group.run(work);
     group.wait();
   }
-  FP_RETURN_IF_ERROR(first_error);
-  if (durable && ::fdatasync(fd.get()) != 0) {
-    return Status::from_errno(errno, "fdatasync of the downloaded file failed").with_path(path);
+  return first_error;
+}
+
+// `done_file` gets indices into `files`.
+Status fetch_objects(ObjectStore& store, const std::vector<Fetch>& files, const ObjectTransfer& transfer,
+                     bool durable, const FileDone& done_file = {}) {
+  for (size_t begin = 0; begin < files.size(); begin += kFilesAtOnce) {
+    std::vector<Fetch> batch(files.begin() + static_cast<std::ptrdiff_t>(begin),
+                             files.begin() + static_cast<std::ptrdiff_t>(std::min(files.size(), begin + kFilesAtOnce)));
+    FileDone done;
+    if (done_file) done = [&](size_t i) { return done_file(begin + i); };
+    FP_RETURN_IF_ERROR(fetch_batch(store, batch, transfer, durable, done));
   }
   return Status::ok();
 }
@@ -104,25 +154,33 @@ Result<CopyResult> ObjectTier::download(const std::string& tag, CheckpointManage
   const std::string dir = commit->directory();
   const ManifestIndex index(m);
   CopyResult result{true, 0};
-  Status st;
-  for (size_t i = 0; i < m.files.size() && st.is_ok(); ++i) {
+  std::vector<Fetch> fetches;
+  std::vector<size_t> own;
+  for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     if (!referenced_checkpoint(f).empty()) continue;  // in the base, which the destination holds
-    const std::string path = join_path(dir, f.name);
-    st = fetch_object(*store_, key_of(tag, f), f.size, path, transfer_, destination.options().durable);
-    if (!st.is_ok()) break;
+    fetches.push_back({key_of(tag, f), f.size, join_path(dir, f.name)});
+    own.push_back(i);
     result.bytes += f.size;
-    // Checked where it now lies, as `verify` would (the bases of XOR deltas are found next to
-    // the temporary directory, in the destination's root).
-    uint64_t checked = 0;
-    FileCheck io{check_engine, nullptr, &checked, nullptr, 0, size_t{32} << 20, nullptr, dir};
-    std::vector<std::string> problems;
-    st = check_checkpoint_file(path, m, i, index.tensors_in(i), io, problems);
-    if (st.is_ok() && !problems.empty()) {
-      std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
-      st = Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' in " + url_ + " is damaged: " + problems.front() + more);
-    }
   }
+  // Each file is checked as soon as it is complete, while the others are still coming, where it
+  // now lies, as `verify` would (the bases of XOR deltas are found next to the temporary
+  // directory, in the destination's root). Through the page cache, which holds what was just
+  // written: a direct read would first wait for it to reach the disk.
+  EngineOptions cached_options = check_engine.options();
+  cached_options.direct_io = false;
+  FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> cached, IoEngine::create(cached_options));
+  auto check = [&](size_t k) -> Status {
+    const size_t i = own[k];
+    uint64_t checked = 0;
+    FileCheck io{*cached, nullptr, &checked, nullptr, 0, size_t{32} << 20, nullptr, dir};
+    std::vector<std::string> problems;
+    FP_RETURN_IF_ERROR(check_checkpoint_file(fetches[k].path, m, i, index.tensors_in(i), io, problems));
+    if (problems.empty()) return Status::ok();
+    std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
+    return Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' in " + url_ + " is damaged: " + problems.front() + more);
+  };
+  Status st = fetch_objects(*store_, fetches, transfer_, destination.options().durable, check);
   if (!st.is_ok()) {
     (void)commit->abort();
     return st;
@@ -161,16 +219,18 @@ Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::strin
     for (ObjectEntry& e : there) sizes.emplace(std::move(e.key), e.size);
   }
   FP_RETURN_IF_ERROR(write_new_file(join_path(join_path(root, tag), kManifestFileName), *json, false));
+  std::vector<Fetch> fetches;
   for (const ManifestFile& f : m->files) {
     const std::string key = key_of(tag, f);
     auto size = sizes.find(key);
     // A missing object is reported by verify_checkpoint (the file is missing); one of another
     // size is fetched whole, so that it reports the size the store holds.
-    if (size == sizes.end()) continue;
-    Status st = fetch_object(tier.store(), key, size->second, join_path(root, key), tier.transfer(), false);
-    if (st.is_ok()) continue;
+    if (size != sizes.end()) fetches.push_back({key, size->second, join_path(root, key)});
+  }
+  Status st = fetch_objects(tier.store(), fetches, tier.transfer(), false);
+  if (!st.is_ok()) {
     if (st.code() != StatusCode::kNotFound && st.code() != StatusCode::kDataLoss) return st;
-    report.problems.push_back(f.name + ": " + st.message());
+    report.problems.push_back(st.message());  // removed or cut meanwhile
   }
   FP_ASSIGN_OR_RETURN(VerifyReport checked, verify_checkpoint(join_path(root, tag), engine));
   checked.problems.insert(checked.problems.begin(), report.problems.begin(), report.problems.end());

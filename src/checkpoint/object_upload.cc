@@ -84,11 +84,13 @@ Result<CopyResult> ObjectTier::upload(const std::string& local_root, const std::
       st = Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' is damaged: " + problems.front() + more)
                .with_path(*from);
     }
-    if (st.is_ok()) {
-      st = parts.finish();
-    } else {
-      parts.abort();
-    }
+    // The file's last part goes; it completes in the background while the next file is read.
+    if (st.is_ok()) st = parts.end();
+  }
+  if (st.is_ok()) {
+    st = parts.finish_all();
+  } else {
+    parts.abort_all();
   }
   // The commit marker, once every file is there.
   if (st.is_ok()) st = store_->put(key_in(tag, kManifestFileName), std::as_bytes(std::span<const char>(*json)));

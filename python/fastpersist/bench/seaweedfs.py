@@ -110,7 +110,7 @@ class SeaweedFS:
     def __init__(self, directory: Union[str, "os.PathLike[str]"], *,
                  identities: bool = False) -> None:
         """Nothing starts yet; ``directory`` will hold the data, the log and the settings."""
-        self.directory = Path(directory)
+        self.directory = Path(directory).resolve()  # the server runs in a folder of its own
         self.identities = identities
         self.data_dir = self.directory / "data"
         self.log_path = self.directory / "weed.log"

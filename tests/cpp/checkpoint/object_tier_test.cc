@@ -362,3 +362,79 @@ TEST(ObjectStoreOpener, WithoutOneAUrlSaysWhatIsMissing) {
 
 }  // namespace
 }  // namespace fastpersist::testing
+
+namespace fastpersist::testing {
+namespace {
+
+TEST(PartUploaderTest, ObjectsOfEverySizeArriveWhole) {
+  TempDir dir;
+  DirObjectStore store(dir.file("store"), "test://bucket");
+  const uint64_t part = uint64_t{1} << 20;
+  // Empty, smaller than a part, exactly one part, exactly three, and a tail: fed in odd pieces,
+  // one object after another without waiting (their parts overlap).
+  const std::vector<uint64_t> sizes{0, 1000, part, 3 * part, 3 * part + 12345};
+  checkpoint::PartUploader up(store, part, 3);
+  std::vector<std::string> expected;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string bytes(static_cast<size_t>(sizes[i]), '\0');
+    for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<char>((k * 131 + i) & 0xff);
+    expected.push_back(bytes);
+    FP_ASSERT_OK(up.begin("o" + std::to_string(i), sizes[i]));
+    for (size_t off = 0; off < bytes.size(); off += 77777) {
+      size_t n = std::min<size_t>(77777, bytes.size() - off);
+      FP_ASSERT_OK(up.feed(reinterpret_cast<const std::byte*>(bytes.data() + off), n));
+    }
+    FP_ASSERT_OK(up.end());
+  }
+  FP_ASSERT_OK(up.finish_all());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(store.read("o" + std::to_string(i)), expected[i]) << "object " << i;
+  }
+  EXPECT_EQ(store.parts_uploaded.load(), 3u + 4u) << "objects of one part are single puts";
+  EXPECT_TRUE(store.open_uploads().empty());
+}
+
+TEST(PartUploaderTest, MisuseAndFailuresAreErrorsNotHangs) {
+  TempDir dir;
+  DirObjectStore store(dir.file("store"), "test://bucket");
+  const uint64_t part = uint64_t{1} << 20;
+  checkpoint::PartUploader up(store, part, 2);
+  EXPECT_EQ(up.feed(nullptr, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(up.begin("../x", 1).code(), StatusCode::kInvalidArgument);
+  FP_ASSERT_OK(up.begin("a", 10));
+  EXPECT_EQ(up.begin("b", 10).code(), StatusCode::kInvalidArgument) << "a is not ended";
+  std::string ten(10, 'x');
+  FP_ASSERT_OK(up.feed(reinterpret_cast<const std::byte*>(ten.data()), 5));
+  EXPECT_EQ(up.end().code(), StatusCode::kInternal) << "5 of 10 bytes fed";
+  up.abort_all();
+
+  store.fail_key = "bad";
+  checkpoint::PartUploader failing(store, part, 2);
+  std::string big(static_cast<size_t>(4 * part), 'y');
+  FP_ASSERT_OK(failing.begin("bad-object", big.size()));
+  Status st;
+  for (size_t off = 0; off < big.size() && st.is_ok(); off += part) {
+    st = failing.feed(reinterpret_cast<const std::byte*>(big.data() + off), static_cast<size_t>(part));
+  }
+  if (st.is_ok()) st = failing.end();
+  if (st.is_ok()) st = failing.finish_all();
+  EXPECT_FALSE(st.is_ok());
+  failing.abort_all();
+  store.fail_key.clear();
+  EXPECT_TRUE(store.open_uploads().empty());
+  EXPECT_EQ(store.read("bad-object"), "");
+}
+
+TEST(PartUploaderTest, AHugeObjectGetsLargerParts) {
+  const uint64_t mib = uint64_t{1} << 20;
+  EXPECT_EQ(checkpoint::part_size_for(100 * mib, 32 * mib), 32 * mib);
+  EXPECT_EQ(checkpoint::part_size_for(0, 32 * mib), 32 * mib);
+  // 1 TiB in at most 10,000 parts: 105 MiB parts (the next whole MiB above 104.86).
+  const uint64_t tib = uint64_t{1} << 40;
+  uint64_t p = checkpoint::part_size_for(tib, 32 * mib);
+  EXPECT_EQ(p, 105 * mib);
+  EXPECT_LE((tib + p - 1) / p, checkpoint::kMaxPartsPerObject);
+}
+
+}  // namespace
+}  // namespace fastpersist::testing
