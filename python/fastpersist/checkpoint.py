@@ -333,10 +333,6 @@ class CheckpointManager:
         self._options = o  # what the C++ manager was opened with (defaults filled in)
         self._dist: Optional["DistributedCheckpoints"] = None
         if _is_distributed(distributed):
-            if o.tiers:
-                raise ValueError("fastpersist: tiers are drained by one process; a multi-rank "
-                                 "CheckpointManager does not drain them yet (pass tiers=None, "
-                                 "or run `fastpersist drain` on the root)")
             if incremental:
                 raise ValueError("fastpersist: incremental checkpoints are written by one "
                                  "process; a multi-rank CheckpointManager saves full ones "
@@ -456,29 +452,28 @@ class CheckpointManager:
         a tier selects is there, and raises the drain's failure if one is not (a timeout
         raises ``BlockingIOError``-like ``CheckpointBusyError`` naming what is left).
         """
+        drain_timeout = None if timeout is None else float(timeout)
         if self._dist is not None:
             self._dist.wait()
+            if self._options.tiers:  # rank 0's manager drains; its outcome is every rank's
+                self._dist.on_coordinator(lambda: self._core_manager().wait_drains(drain_timeout))
         else:
             self._core_manager().wait_all()
             self._forget_finished()
             if self._options.tiers:
-                self._core_manager().wait_drains(None if timeout is None else float(timeout))
+                self._core_manager().wait_drains(drain_timeout)
         self._forget_finished()
 
     def tier_status(self) -> List[TierStatus]:
         """Where each tier stands: what it is copying, what waits, the last error."""
-        if self._dist is not None:
-            return []
-        return [TierStatus(**t) for t in self._core_manager().tier_states()]
+        states = self._agreed(lambda: list(self._core_manager().tier_states()))
+        return [TierStatus(**t) for t in states]
 
     def locations(self) -> List[CheckpointLocation]:
         """Every committed checkpoint of the local root and of the tiers, oldest first, with the
         roots that hold it (the local root first). A tier that cannot be listed is warned about
         and left out."""
-        if self._dist is not None:
-            return [CheckpointLocation(i.tag, i.step, i.created_unix, (self._root,), True)
-                    for i in self.checkpoints()]
-        places, unreachable = self._core_manager().locations()
+        places, unreachable = self._agreed(lambda: self._core_manager().locations())
         for entry in unreachable:
             warnings.warn(f"fastpersist: tier unreachable: {entry}", TierWarning, stacklevel=2)
         return [CheckpointLocation(p["tag"], p["step"], p["created_unix"], p["roots"], p["local"])
@@ -495,7 +490,8 @@ class CheckpointManager:
             if not places:
                 raise FileNotFoundError(f"no checkpoint {name!r} under {self._root} or its tiers")
             tier = places[-1].roots[0]  # the newest copy
-        return int(self._core_manager().pull(os.fspath(tier), name))
+        where = os.fspath(tier)
+        return int(self._agreed(lambda: self._core_manager().pull(where, name)))
 
     def wait_snapshots(self) -> None:
         """Waits until every in-flight save has snapshotted its tensors."""
@@ -659,7 +655,7 @@ class CheckpointManager:
         # (tag, tier to pull it from first, or None when it is local), newest first. With tiers:
         # the newest anywhere, the local copy preferred; one only a tier holds is pulled back
         # (verified on the way) before it is loaded.
-        if self._dist is None and self._options.tiers:
+        if self._options.tiers:
             candidates = [(p.tag, None if p.local else p.roots[0]) for p in reversed(self.locations())]
         else:
             candidates = [(i["tag"], None) for i in reversed(infos)]

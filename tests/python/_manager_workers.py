@@ -275,3 +275,33 @@ def compressed_resume(rank: int, world_size: int, root: str) -> None:
         want = _compressible_state(world_size)
         for part, key in (("model", "w"), ("opt", "steps")):
             assert torch.equal(state[part][key].to_local(), want[part][key].to_local()), key
+
+
+def tiered(rank: int, world_size: int, root: str, tier: str) -> None:
+    """A multi-rank manager with a tier: rank 0's manager drains each committed checkpoint (every
+    rank's files) into the tier; wait(), tier_status() and locations() agree on every rank; the
+    local root lost, resume() pulls the newest from the tier and every rank loads its shard."""
+    with fastpersist.CheckpointManager(root, timeout=60,
+                                       tiers=[fastpersist.Tier(tier, keep_last=2)]) as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, sharded_state(world_size, seed=step))
+        mgr.wait()
+        status = mgr.tier_status()
+        assert [t.path for t in status] == [tier] and status[0].last_error == "", status
+        assert status[0].waiting == ()
+        _same_everywhere([(t.path, t.last_drained, t.checkpoints_drained) for t in status])
+        places = {p.tag: p.roots for p in mgr.locations()}
+        assert places["step-00000003"] == (root, tier), places
+        assert places["step-00000001"] == (root,), places  # the tier keeps the last 2
+        _same_everywhere(sorted(places.items()))
+    dist.barrier()
+    if rank == 0:
+        import shutil
+        shutil.rmtree(root)  # the local disk is lost
+    dist.barrier()
+    with fastpersist.CheckpointManager(root, timeout=60, tiers=[fastpersist.Tier(tier)]) as mgr:
+        tag, resumed = mgr.resume(into=empty_like_state(sharded_state(world_size)))
+        assert tag == "step-00000003", tag
+        check_loaded(resumed, seed=3)
+        assert mgr.list() == ["step-00000003"], mgr.list()
+        _same_everywhere(mgr.list())

@@ -122,3 +122,13 @@ def test_compressed_multi_rank_saves_resume_on_another_world_size(tmp_path: Path
     w = (torch.randn(1200, 2048, generator=g) * 0.02).to(torch.bfloat16)
     assert torch.equal(loaded["model"]["w"].view(torch.int16), w.view(torch.int16))
     assert torch.equal(loaded["opt"]["steps"], torch.arange(600 * 512, dtype=torch.int64).reshape(600, 512))
+
+
+def test_a_multi_rank_manager_drains_into_a_tier_and_resumes_from_it(tmp_path: Path) -> None:
+    run_ranks(workers.tiered, 2, str(tmp_path / "root"), str(tmp_path / "tier"), timeout=300)
+    tier = fastpersist.CheckpointManager(tmp_path / "tier")
+    try:
+        assert tier.list() == ["step-00000002", "step-00000003"]
+        assert tier.verify("step-00000003") == []
+    finally:
+        tier.close()
