@@ -61,6 +61,16 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+void fill_outcome(Outcome& o, const Result<VerifyReport>& report) {
+  if (!report.is_ok()) {
+    o.problems.push_back("cannot be verified: " + report.status().to_string());
+    return;
+  }
+  o.problems = report->problems;
+  o.bytes_checked = report->bytes_checked;
+  o.has_checksums = report->has_checksums;
+}
+
 Outcome verify_dir(const std::string& dir, const std::string& tag, IoEngine& engine,
                    bool progress) {
   Outcome o;
@@ -72,13 +82,7 @@ Outcome verify_dir(const std::string& dir, const std::string& tag, IoEngine& eng
       dir, engine, [&bar](uint64_t done, uint64_t total) { bar.update(done, total); });
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.finish(/*clear=*/!report.is_ok() || !report->ok());
-  if (!report.is_ok()) {
-    o.problems.push_back("cannot be verified: " + report.status().to_string());
-    return o;
-  }
-  o.problems = report->problems;
-  o.bytes_checked = report->bytes_checked;
-  o.has_checksums = report->has_checksums;
+  fill_outcome(o, report);
   return o;
 }
 
@@ -185,14 +189,8 @@ int verify_object_tier(const Args& a, const std::string& url, IoEngine& engine) 
     auto start = std::chrono::steady_clock::now();
     auto report = checkpoint::verify_object_checkpoint(**tier, tag, scratch, engine);
     o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!report.is_ok()) {
-      if (report.status().code() == StatusCode::kNotFound) not_found.insert(tag);
-      o.problems.push_back("cannot be verified: " + report.status().to_string());
-      return o;
-    }
-    o.problems = report->problems;
-    o.bytes_checked = report->bytes_checked;
-    o.has_checksums = report->has_checksums;
+    if (!report.is_ok() && report.status().code() == StatusCode::kNotFound) not_found.insert(tag);
+    fill_outcome(o, report);
     return o;
   };
   return verify_tags(a, url, tags, check, [&](const std::string& tag) { return not_found.count(tag) != 0; });

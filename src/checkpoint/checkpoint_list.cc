@@ -33,6 +33,16 @@ CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
   return info;
 }
 
+DamagedCheckpoint damaged_of(const std::string& tag, std::string reason, const Result<Manifest>& m) {
+  DamagedCheckpoint d{tag, std::move(reason), std::nullopt, std::nullopt, {}};
+  if (m.is_ok()) {
+    d.sequence = m->sequence;
+    d.step = m->step;
+    d.references = referenced_tags(*m);
+  }
+  return d;
+}
+
 std::vector<std::string> referenced_tags(const Manifest& manifest) {
   std::set<std::string> tags;
   for (const ManifestFile& f : manifest.files) {
@@ -93,13 +103,7 @@ Result<RootScan> scan_root(const std::string& root) {
       scan.committed.push_back(info_of(name, *m));
       continue;
     }
-    DamagedCheckpoint d{name, files.to_string(), std::nullopt, std::nullopt, {}};
-    if (m.is_ok()) {
-      d.sequence = m->sequence;
-      d.step = m->step;
-      d.references = referenced_tags(*m);
-    }
-    scan.damaged.push_back(std::move(d));
+    scan.damaged.push_back(damaged_of(name, files.to_string(), m));
   }
   std::sort(scan.committed.begin(), scan.committed.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
     return a.sequence != b.sequence ? a.sequence < b.sequence : a.tag < b.tag;

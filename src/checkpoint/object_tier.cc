@@ -98,13 +98,7 @@ Result<RootScan> ObjectTier::scan() {
       scan.committed.push_back(info_of(tag, *m));
       continue;
     }
-    DamagedCheckpoint d{tag, problem, std::nullopt, std::nullopt, {}};
-    if (m.is_ok()) {
-      d.sequence = m->sequence;
-      d.step = m->step;
-      d.references = referenced_tags(*m);
-    }
-    scan.damaged.push_back(std::move(d));
+    scan.damaged.push_back(damaged_of(tag, problem, m));
   }
   // By creation time first: the manifests keep the sequence numbers of the roots they were saved
   // in, and a root that was lost and begun anew counts from 1 again.

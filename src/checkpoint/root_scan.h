@@ -39,6 +39,8 @@ Result<RootScan> scan_root(const std::string& root);
 
 // What list_checkpoints says of a committed checkpoint TAG with manifest `m`.
 CheckpointInfo info_of(const std::string& tag, const Manifest& m);
+// A damaged checkpoint TAG, with what its manifest still tells when it decodes.
+DamagedCheckpoint damaged_of(const std::string& tag, std::string reason, const Result<Manifest>& m);
 
 // The checkpoints whose files a manifest references (the tags of its "<tag>/<file>" names), in
 // name order, each once.

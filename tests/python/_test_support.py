@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers shared by several test files: a loop-mounted ext4 for real ENOSPC, and finding the
-`fastpersist` CLI binary."""
+"""Helpers shared by several test files: a loop-mounted ext4 for real ENOSPC, finding the
+`fastpersist` CLI binary, and the small training states of the tier tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -52,3 +52,27 @@ def find_cli() -> Optional[str]:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def tier_state(step: int, n: int = 50_000) -> Dict[str, Any]:
+    """A small model-and-optimizer state whose bytes depend on `step` (the tier tests)."""
+    import torch
+
+    g = torch.Generator().manual_seed(step)
+    return {"model": {"w": torch.randn(n, generator=g), "b": torch.arange(7, dtype=torch.int64) + step},
+            "optim": {"lr": 0.1 * step, "m": torch.randn(n // 2, generator=g).to(torch.bfloat16)},
+            "step": step}
+
+
+def assert_same_state(a: Any, b: Any) -> None:
+    """`a` and `b` hold the same keys, tensors (dtype, shape, bytes) and values."""
+    import torch
+
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    else:
+        assert a == b

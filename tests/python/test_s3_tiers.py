@@ -21,27 +21,17 @@ import pytest
 import torch
 
 import fastpersist
+from _test_support import assert_same_state, tier_state
 
 MiB = 1 << 20
 
 
 def make_state(step: int, n: int = 3 << 20) -> Dict[str, Any]:
     """About 18 MiB: the weights go up in several 5 MiB parts."""
-    g = torch.Generator().manual_seed(step)
-    return {"model": {"w": torch.randn(n, generator=g), "b": torch.arange(7, dtype=torch.int64) + step},
-            "optim": {"lr": 0.1 * step, "m": torch.randn(n // 2, generator=g).to(torch.bfloat16)},
-            "step": step}
+    return tier_state(step, n)
 
 
-def assert_same(a: Any, b: Any) -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b)
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    else:
-        assert a == b
+assert_same = assert_same_state
 
 
 @pytest.fixture

@@ -22,25 +22,14 @@ import pytest
 import torch
 
 import fastpersist
-from _test_support import loop_ext4
+from _test_support import assert_same_state, loop_ext4, tier_state
 
 
 def make_state(step: int, n: int = 50_000) -> Dict[str, Any]:
-    g = torch.Generator().manual_seed(step)
-    return {"model": {"w": torch.randn(n, generator=g), "b": torch.arange(7, dtype=torch.int64) + step},
-            "optim": {"lr": 0.1 * step, "m": torch.randn(n // 2, generator=g).to(torch.bfloat16)},
-            "step": step}
+    return tier_state(step, n)
 
 
-def assert_same(a: Any, b: Any) -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b)
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    else:
-        assert a == b
+assert_same = assert_same_state
 
 
 @pytest.fixture(scope="module")
