@@ -17,6 +17,7 @@ namespace fastpersist::buffer {
 using CudaStream = void*;  // cudaStream_t
 
 inline constexpr int kCudaSuccess = 0;
+inline constexpr int kCudaMemcpyHostToDevice = 1;
 inline constexpr int kCudaMemcpyDeviceToHost = 2;
 inline constexpr unsigned kCudaStreamNonBlocking = 1;
 
