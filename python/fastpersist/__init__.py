@@ -22,7 +22,8 @@ from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_i
 from .aio_handle import AioHandle, IoStats, aio_handle
 from .config import active_config, load_config
 from .errors import (CheckpointCorruptError, CheckpointLockedError, CheckpointUnsupportedError,
-                     DistributedCheckpointError)
+                     DistributedCheckpointError, GpuUnavailableError)
+from .gds_handle import GdsHandle, gds_handle, gds_info
 from .maintenance import StaleFiles, clean_stale_temp_files
 from .serialization import load, read_file, save
 from .writer import FastFileWriter, MockFileWriter, PyFileWriter
@@ -70,6 +71,8 @@ __all__ = [
     "CheckpointLocation",
     "BackgroundState",
     "FastFileWriter",
+    "GdsHandle",
+    "GpuUnavailableError",
     "MockFileWriter",
     "PyFileWriter",
     "BackendInfo",
@@ -79,6 +82,8 @@ __all__ = [
     "StaleFiles",
     "__version__",
     "aio_handle",
+    "gds_handle",
+    "gds_info",
     "active_config",
     "load_config",
     "backends",

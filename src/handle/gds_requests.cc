@@ -246,10 +246,15 @@ Result<std::shared_ptr<GdsRequests::Request>> GdsRequests::submit(GdsTransfer tr
     r->fd = t.fd;
   } else {
     int flags = (write ? O_WRONLY | O_CREAT | (t.truncate ? O_TRUNC : 0) : O_RDONLY) | O_CLOEXEC;
-    // GPUDirect needs O_DIRECT; a filesystem that refuses it (tmpfs) still works in cuFile's
-    // compatibility mode with a buffered descriptor.
-    int fd = ::open(t.path.c_str(), flags | O_DIRECT, 0644);
-    if (fd < 0 && errno == EINVAL) fd = ::open(t.path.c_str(), flags, 0644);
+    // GPUDirect needs O_DIRECT. In compatibility mode cuFile does POSIX I/O on our descriptor,
+    // where O_DIRECT would make unaligned offsets and lengths fail, so it gets a buffered one;
+    // so does a filesystem that refuses O_DIRECT (tmpfs).
+    int fd = -1;
+    if (!io::probe_gds_driver().compat_mode) {
+      fd = ::open(t.path.c_str(), flags | O_DIRECT, 0644);
+      if (fd < 0 && errno != EINVAL) fd = -2;  // a real open error: report it below
+    }
+    if (fd == -1) fd = ::open(t.path.c_str(), flags, 0644);
     if (fd < 0) {
       return Status::from_errno(errno, std::string("cannot open file for ") +
                                            (write ? "writing" : "reading"))
