@@ -335,7 +335,10 @@ class AioHandle:
         )
 
     def is_pinned(self, tensor: Any) -> bool:
-        """True for memory inside this handle's locked buffers, or a torch-pinned tensor."""
+        """True for memory inside this handle's locked buffers, or a torch-pinned tensor
+        (False for a CUDA tensor: device memory is not host memory, pinned or not)."""
+        if is_torch_tensor(tensor) and tensor.is_cuda:
+            return False
         if self._h.is_pinned(lendable(tensor)):
             return True
         if is_torch_tensor(tensor):

@@ -257,3 +257,56 @@ print("device0-active", active.value)
 def test_private_core_names():
     # The façade's classes are built on these; a rename would break them silently.
     assert hasattr(_core, "GdsHandle") and hasattr(_core, "gds_info")
+
+
+# ------------------------------------------------------------------------------ fake GPU
+FAKE_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "build", "tests", "cpp",
+                        "libfastpersist_fake_gpu.so")
+
+
+@pytest.mark.skipif(not os.path.exists(FAKE_GPU),
+                    reason="needs the C++ build's fake CUDA + cuFile library (make build)")
+def test_both_handles_move_device_memory_through_the_bindings_on_a_fake_gpu(tmp_path):
+    # The façade and the bindings with "device memory" of tests/cpp/gpu_fake's library (host
+    # memory it polices; loaded in a fresh process before fastpersist's first CUDA use):
+    # sync and async calls, their counts, odd sizes and offsets, the four GDS calls.
+    code = f"""
+import ctypes, os
+import numpy, fastpersist
+from _fake_cuda import FakeCudaBuffer
+lib = ctypes.CDLL({os.path.abspath(FAKE_GPU)!r})
+lib.fake_cuda_malloc.restype = ctypes.c_void_p
+lib.fake_cuda_malloc.argtypes = [ctypes.c_size_t, ctypes.c_int]
+def device(n, seed):
+    p = lib.fake_cuda_malloc(n, 1)
+    view = numpy.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(p))
+    view[:] = numpy.random.default_rng(seed).integers(0, 256, n, dtype=numpy.uint8)
+    return FakeCudaBuffer(n, device=1, address=p), view
+for make in (fastpersist.AioHandle, fastpersist.GdsHandle):
+    with make(intra_op_parallelism=2) as h:
+        for n, off in [(1, 0), (4097, 4095), ((5 << 20) + 3, 12345)]:
+            src, src_view = device(n, n)
+            path = r"{tmp_path}" + "/%s-%d" % (make.__name__, n)
+            assert h.sync_pwrite(src, path, off, truncate=True) == 1
+            assert os.path.getsize(path) == off + n
+            dst, dst_view = device(n, 0)
+            assert h.async_pread(dst, path, off) == 0
+            assert h.wait() == 1
+            assert numpy.array_equal(src_view, dst_view), (make.__name__, n)
+    if make is fastpersist.GdsHandle:
+        with make() as g:
+            buf, _ = device(1 << 20, 3)
+            g.pin_device_tensor(buf)
+            assert g.is_device_pinned(buf)
+            assert g.unpin_device_tensor(buf) is True and g.unpin_device_tensor(buf) is False
+            assert "compatibility mode" in g.mode, g.mode
+print("fake-gpu-ok")
+"""
+    env = dict(os.environ, FASTPERSIST_CUDA_RUNTIME_LIBRARY=os.path.abspath(FAKE_GPU),
+               FASTPERSIST_CUFILE_LIBRARY=os.path.abspath(FAKE_GPU))
+    env.pop("FASTPERSIST_DISABLE_CUDA", None)
+    env.pop("CUFILE_FORCE_COMPAT_MODE", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=os.path.dirname(__file__))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "fake-gpu-ok" in out.stdout
