@@ -163,7 +163,16 @@ Status run_staged_transfer(IoEngine& engine, PinnedBufferPool& pool, const Stage
   if (t.memory.kind != MemoryKind::kCudaDevice || t.memory.device < 0) {
     return Status(StatusCode::kInternal, "run_staged_transfer called with host memory");
   }
-  if (t.memory.bytes == 0) return Status::ok();
+  if (t.memory.bytes == 0) {
+    // No bytes to stage, but the same open, creation and truncation as for host memory.
+    IoRequest r;
+    r.kind = t.kind;
+    r.path = t.path;
+    r.fd = t.fd;
+    r.file_offset = t.file_offset;
+    r.truncate = t.truncate;
+    return with_context(t, engine.run(r).status());
+  }
   if (t.kind == IoKind::kRead) FP_RETURN_IF_ERROR(with_context(t, check_read_range(t)));
   const uint64_t chunk = staging_chunk_bytes(engine.options());
   std::vector<StagingChunk> chunks = plan_staging_chunks(t.file_offset, t.memory.bytes, chunk);

@@ -147,6 +147,29 @@ TEST_F(FakeGpuTest, AioHandleDeviceRequestsOnACallersDescriptorAndMixedWithHostO
                                  std::span<const std::byte>(*got).first(4096)));
 }
 
+TEST_F(FakeGpuTest, EmptyDeviceBuffersCreateAndTruncateLikeHostOnes) {
+  auto aio = AioHandle::create({});
+  auto gds = GdsHandle::create({});
+  FP_ASSERT_OK(aio);
+  FP_ASSERT_OK(gds);
+  DeviceBuffer empty(0, 1, 0);
+  for (int which = 0; which < 2; ++which) {
+    const std::string path = dir_.file(which == 0 ? "aio-empty" : "gds-empty");
+    FP_ASSERT_OK(write_whole_file(path, random_bytes(5000, 1)));
+    Result<int> n = which == 0 ? (*aio)->pwrite(empty.span(), path, false, false, 0, true)
+                               : (*gds)->pwrite(empty.span(), path, false, false, 0, true);
+    ASSERT_EQ(n.value(), 1);
+    auto size = file_size(path);
+    ASSERT_TRUE(size.is_ok());
+    EXPECT_EQ(*size, 0u) << path;
+    const std::string fresh = path + "-new";
+    n = which == 0 ? (*aio)->pwrite(empty.span(), fresh, false, false)
+                   : (*gds)->pwrite(empty.span(), fresh, false, false);
+    ASSERT_EQ(n.value(), 1);
+    EXPECT_TRUE(file_size(fresh).is_ok()) << fresh << " was not created";
+  }
+}
+
 TEST_F(FakeGpuTest, AioHandleReadPastTheEndLeavesDeviceMemoryAlone) {
   auto h = AioHandle::create({});
   FP_ASSERT_OK(h);
