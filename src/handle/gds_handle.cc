@@ -5,6 +5,7 @@
 
 #include "buffer/cuda_runtime.h"
 #include "handle/device_staging.h"
+#include "handle/gds_driver.h"
 #include "handle/gds_requests.h"
 #include "io/cufile_library.h"
 

@@ -10,78 +10,19 @@
 #include <cstring>
 #include <future>
 
-#include "buffer/cuda_runtime.h"
 #include "common/unique_fd.h"
+#include "handle/gds_driver.h"
 #include "io/cufile_library.h"
 #include "io/transfer_plan.h"
 
 namespace fastpersist::handle {
 namespace {
 
-Status select_device(int device) {
-  const buffer::CudaRuntime& rt = buffer::cuda_runtime();
-  if (!rt.available) {
-    return Status(StatusCode::kUnavailable, "the CUDA runtime is not available (" + rt.reason + ")");
-  }
-  if (int rc = rt.set_device(device); rc != buffer::kCudaSuccess) {
-    const char* text = rt.get_error_string(rc);
-    return Status(StatusCode::kUnavailable, "cudaSetDevice(" + std::to_string(device) +
-                                                ") failed: " + (text != nullptr ? text : "CUDA error"));
-  }
-  return Status::ok();
-}
-
-std::mutex driver_mu;
-bool driver_tried = false;
-Status driver_status;
-std::string driver_mode;
-
-// The first field of CUfileDrvProps_t is nvfs {unsigned major_version; unsigned minor_version;
-// ...}; cuFile reports 0.0 when the nvidia-fs driver is not in use. The struct has grown
-// between releases, so it is filled into a block far larger than any version of it.
-std::string read_driver_mode(const io::CuFileLibrary& lib) {
-  if (lib.driver_get_properties == nullptr) return "";
-  alignas(16) unsigned char props[4096] = {};
-  if (lib.driver_get_properties(props).err != io::kCuFileSuccess) return "";
-  unsigned major = 0;
-  unsigned minor = 0;
-  std::memcpy(&major, props, sizeof major);
-  std::memcpy(&minor, props + sizeof major, sizeof minor);
-  if (major == 0) return "cuFile driver: nvidia-fs not in use (compatibility mode)";
-  return "cuFile driver: nvidia-fs " + std::to_string(major) + "." + std::to_string(minor);
-}
-
 std::string describe(const GdsTransfer& t) {
   return t.fd >= 0 ? "fd " + std::to_string(t.fd) : t.path;
 }
 
 }  // namespace
-
-Status open_cufile_driver() {
-  std::lock_guard lock(driver_mu);
-  if (driver_tried) return driver_status;
-  driver_tried = true;
-  const io::CuFileLibrary& lib = io::cufile_library();
-  if (!lib.available) {
-    driver_status = Status(StatusCode::kUnavailable, "cuFile is not available (" + lib.reason + ")");
-    return driver_status;
-  }
-  io::CuFileError e = lib.driver_open();
-  if (e.err != io::kCuFileSuccess) {
-    driver_status = Status(StatusCode::kUnavailable,
-                           "cuFileDriverOpen failed: " + io::cufile_error_text(e) +
-                               " (is the CUDA driver loaded? `fastpersist report` shows cuFile's "
-                               "state)");
-    return driver_status;
-  }
-  driver_mode = read_driver_mode(lib);
-  return driver_status;
-}
-
-std::string cufile_driver_mode() {
-  std::lock_guard lock(driver_mu);
-  return driver_mode;
-}
 
 struct GdsRequests::Request {
   GdsTransfer t;
@@ -324,69 +265,6 @@ Result<size_t> GdsRequests::wait() {
   }
   if (!first.is_ok()) return first;
   return batch.size();
-}
-
-Status GdsRequests::pin(const MemorySpan& memory) {
-  {
-    std::lock_guard lock(pins_mu_);
-    for (const auto& [start, pin] : pins_) {
-      if (memory.data < start + pin.bytes && start < memory.data + memory.bytes) {
-        return Status(StatusCode::kInvalidArgument,
-                      "the device buffer overlaps one this handle already pinned");
-      }
-    }
-  }
-  Status st = run_on_device(memory.device, [&] {
-    io::CuFileError e = io::cufile_library().buf_register(memory.data, memory.bytes, 0);
-    if (e.err != io::kCuFileSuccess) {
-      return Status(StatusCode::kIoError, "cuFileBufRegister of " + std::to_string(memory.bytes) +
-                                              " bytes failed: " + io::cufile_error_text(e));
-    }
-    return Status::ok();
-  });
-  if (!st.is_ok()) return st;
-  std::lock_guard lock(pins_mu_);
-  pins_[memory.data] = Pin{memory.bytes, memory.device};
-  return Status::ok();
-}
-
-Result<bool> GdsRequests::unpin(const MemorySpan& memory) {
-  int device = -1;
-  {
-    std::lock_guard lock(pins_mu_);
-    auto it = pins_.find(memory.data);
-    if (it == pins_.end()) return false;
-    device = it->second.device;
-    pins_.erase(it);
-  }
-  Status st = run_on_device(device, [&] {
-    io::CuFileError e = io::cufile_library().buf_deregister(memory.data);
-    if (e.err != io::kCuFileSuccess) {
-      return Status(StatusCode::kIoError, "cuFileBufDeregister failed: " + io::cufile_error_text(e));
-    }
-    return Status::ok();
-  });
-  if (!st.is_ok()) return st;
-  return true;
-}
-
-bool GdsRequests::is_pinned(const MemorySpan& memory) const {
-  std::lock_guard lock(pins_mu_);
-  auto it = pins_.upper_bound(memory.data);
-  if (it == pins_.begin()) return false;
-  --it;
-  return memory.data + memory.bytes <= it->first + it->second.bytes;
-}
-
-void GdsRequests::unpin_all() {
-  std::vector<std::pair<const std::byte*, Pin>> all;
-  {
-    std::lock_guard lock(pins_mu_);
-    all.assign(pins_.begin(), pins_.end());
-  }
-  for (const auto& [start, pin] : all) {
-    (void)unpin(MemorySpan::cuda(start, pin.bytes, pin.device));
-  }
 }
 
 }  // namespace fastpersist::handle

@@ -36,13 +36,6 @@ struct GdsTransfer {
   bool truncate = false;
 };
 
-// Opens cuFile's driver once per process, on the calling thread (which must have selected a
-// device); OK or kUnavailable with cuFile's error. Never closed: cuFile releases it at exit,
-// and a handle closing it would pull it from under another handle's transfers.
-Status open_cufile_driver();
-// After open_cufile_driver succeeded: what the driver reported ("" before).
-std::string cufile_driver_mode();
-
 class GdsRequests {
  public:
   struct Request;  // one transfer's shared state
