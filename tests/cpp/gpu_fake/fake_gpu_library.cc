@@ -37,6 +37,7 @@ struct Copy {
   void* dst;
   const void* src;
   size_t bytes;
+  bool to_device;
 };
 struct Stream {
   int device;
@@ -55,6 +56,7 @@ std::map<uintptr_t, Allocation> device_memory;  // by start
 std::map<uintptr_t, size_t> registered;         // cuFileBufRegister'ed ranges
 std::set<int> devices_used;
 int live_handles = 0;
+uint64_t bytes_to_device = 0;  // host-to-device bytes copied at stream syncs
 int driver_opens = 0;
 thread_local int current_device = -1;
 
@@ -103,6 +105,10 @@ int fake_cuda_device_used(int device) {
   std::lock_guard lock(mu);
   return devices_used.count(device) ? 1 : 0;
 }
+uint64_t fake_cuda_bytes_to_device() {
+  std::lock_guard lock(mu);
+  return bytes_to_device;
+}
 int fake_cufile_live_handles() {
   std::lock_guard lock(mu);
   return live_handles;
@@ -141,12 +147,18 @@ int cudaMemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* st
       find_device(host_side, 1) != nullptr || current_device != s->device) {
     return kCudaErrorInvalidValue;
   }
-  s->pending.push_back({dst, src, bytes});
+  s->pending.push_back({dst, src, bytes, kind == 1});
   return 0;
 }
 int cudaStreamSynchronize(void* stream) {
   auto* s = static_cast<Stream*>(stream);
-  for (const Copy& c : s->pending) std::memcpy(c.dst, c.src, c.bytes);
+  for (const Copy& c : s->pending) {
+    std::memcpy(c.dst, c.src, c.bytes);
+    if (c.to_device) {
+      std::lock_guard lock(mu);
+      bytes_to_device += c.bytes;
+    }
+  }
   s->pending.clear();
   return 0;
 }
