@@ -7,7 +7,7 @@
 #   summary.md     what ran, pass/fail per step, the benchmark table
 #   report.txt     `fastpersist report` (CUDA, cuFile, nvidia-fs, GDS mode) and --json
 #   ctest.txt      C++ tests of the GPU paths (handle layer, cuFile lookup, memory kinds)
-#   pytest.txt     tests/python/test_gpu_handles.py, test_gpu_snapshot.py
+#   pytest.txt     tests/python/test_gpu_handles.py, test_gpu_snapshot.py, test_gpu_checkpoint.py
 #   bench.txt      bench/gpu_bench.py: aio_handle / gds_handle GPU<->file vs fio, checkpoint
 #                  save/load vs torch, async snapshot blocking; and the model tags with --gpu
 #   bench.json     the same numbers
@@ -105,7 +105,7 @@ step "pip install ." 240 env CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" $PY -m pip insta
   --config-settings=build-dir=/tmp/fastpersist-pybuild . || true
 # The copy in the working tree would shadow the installed one: tests import from site-packages.
 step "pytest (GPU)" 150 bash -c "cd tests/python && $PY -m pytest -q -rs -p no:cacheprovider \
-  test_gpu_handles.py test_gpu_snapshot.py > '$OUT/pytest.txt' 2>&1"
+  test_gpu_handles.py test_gpu_snapshot.py test_gpu_checkpoint.py > '$OUT/pytest.txt' 2>&1"
 
 # ---- benchmarks
 # On the machine's disk, not /tmp (which may be tmpfs, where O_DIRECT and fio's direct=1 fail).
