@@ -17,6 +17,7 @@
 
 #include "checkpoint_paths.h"
 #include "command.h"
+#include "fastpersist/gds_handle.h"
 #include "fastpersist/io_backend.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/options.h"
@@ -31,12 +32,6 @@ namespace {
 // unlocked memory; worth a hint.
 constexpr uint64_t kMemlockHintBytes = uint64_t{1} << 30;
 
-struct CufileInfo {
-  bool found = false;
-  std::string library;
-  std::string reason;
-};
-
 // Where the loader found an already-open library: "libcudart.so.13" -> its full path.
 std::string loaded_path(const std::string& soname) {
   void* h = ::dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
@@ -48,27 +43,6 @@ std::string loaded_path(const std::string& soname) {
                          : soname;
   ::dlclose(h);
   return path;
-}
-
-// Presence only: fastpersist has no cuFile backend yet, but users ask whether GDS could work.
-CufileInfo probe_cufile() {
-  CufileInfo info;
-  std::string errors;
-  for (const char* name : {"libcufile.so", "libcufile.so.0"}) {
-    void* h = ::dlopen(name, RTLD_LAZY | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* err = ::dlerror();
-      if (!errors.empty()) errors += "; ";
-      errors += err != nullptr ? err : name;
-      continue;
-    }
-    info.found = true;
-    info.library = loaded_path(name);
-    ::dlclose(h);
-    return info;
-  }
-  info.reason = "not found (" + errors + ")";
-  return info;
 }
 
 // CAP_IPC_LOCK (root, or granted) lets mlock ignore RLIMIT_MEMLOCK, which makes a small limit
@@ -94,7 +68,7 @@ struct Report {
   MemlockInfo memlock;
   bool cap_ipc_lock = false;
   CudaRuntimeInfo cuda;
-  CufileInfo cufile;
+  GdsInfo gds;  // cuFile and the GDS driver, probed without opening cuFile's driver
 };
 
 Report gather(const std::string& folder) {
@@ -117,7 +91,8 @@ Report gather(const std::string& folder) {
   r.cap_ipc_lock = has_cap_ipc_lock();
   r.cuda = cuda_runtime_info();
   if (r.cuda.available) r.cuda.library = loaded_path(r.cuda.library);
-  r.cufile = probe_cufile();
+  r.gds = gds_info();
+  if (r.gds.cufile_available) r.gds.cufile_library = loaded_path(r.gds.cufile_library);
   return r;
 }
 
@@ -156,8 +131,13 @@ nlohmann::json to_json(const Report& r) {
                   {"fallback_happened", r.memlock.warned}};
   j["cuda_runtime"] = {
       {"found", r.cuda.available}, {"library", r.cuda.library}, {"reason", r.cuda.reason}};
-  j["cufile"] = {
-      {"found", r.cufile.found}, {"library", r.cufile.library}, {"reason", r.cufile.reason}};
+  j["cufile"] = {{"found", r.gds.cufile_available},
+                 {"library", r.gds.cufile_library},
+                 {"reason", r.gds.cufile_reason},
+                 {"nvidia_fs_loaded", r.gds.nvidia_fs_loaded},
+                 {"nvidia_fs_version", r.gds.nvidia_fs_version},
+                 {"compat_mode", r.gds.compat_mode},
+                 {"mode", r.gds.mode}};
   j["build"] = {{"compiler", FASTPERSIST_CXX_COMPILER},
                 {"build_type", FASTPERSIST_BUILD_TYPE},
                 {"cxx_standard", static_cast<long>(__cplusplus)},
@@ -219,8 +199,20 @@ void print_text(const Report& r) {
   row("CUDA runtime", r.cuda.available ? "[OKAY] found: " + r.cuda.library
                                        : "[NO] " + (r.cuda.reason.empty() ? std::string("not found")
                                                                           : r.cuda.reason));
-  row("cuFile (GDS)",
-      r.cufile.found ? "[OKAY] found: " + r.cufile.library : "[NO] " + r.cufile.reason);
+  row("cuFile (GDS)", r.gds.cufile_available ? "[OKAY] found: " + r.gds.cufile_library
+                                             : "[NO] " + r.gds.cufile_reason);
+  if (!r.gds.cufile_available && r.gds.cufile_reason.find("disabled") == std::string::npos) {
+    row("fix",
+        "pip install nvidia-cufile-cu12 (then FASTPERSIST_CUFILE_LIBRARY=<site-packages>/nvidia/"
+        "cufile/lib for this CLI; Python finds it itself), or the CUDA toolkit's GDS package",
+        2);
+  }
+  row("nvidia-fs driver", r.gds.nvidia_fs_loaded
+                              ? "[OKAY] loaded" + (r.gds.nvidia_fs_version.empty()
+                                                       ? std::string()
+                                                       : ": " + r.gds.nvidia_fs_version)
+                              : "[NO] not loaded (/proc/driver/nvidia-fs is absent)");
+  row("GDS mode", (r.gds.compat_mode ? "[COMPAT] " : "[OKAY] ") + r.gds.mode);
 
   std::cout << rule << "\nbuild\n" << rule << "\n";
   row("compiler", FASTPERSIST_CXX_COMPILER);

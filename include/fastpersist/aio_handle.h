@@ -14,6 +14,17 @@
 // Buffers are (pointer, byte count): the caller guarantees that [buffer, buffer + bytes) is its
 // memory (the Python bindings check this against the object they were given). Buffers passed to
 // async calls must stay valid until wait() returned.
+//
+// CUDA device memory (the MemorySpan overloads, as DeepNVMe's aio_handle takes device tensors)
+// is staged through pinned host memory, chunk by chunk, on a thread of the handle's own:
+// device-to-host copies on its own non-blocking stream overlap the file writes of the chunks
+// before, and reads overlap the host-to-device copies of the chunks before
+// (src/handle/device_staging.h). Stream semantics: those copies do not wait for work the caller
+// queued on its streams, so the caller must have finished writing the memory it hands over
+// (the Python façade synchronizes the tensor's current stream before the call) and must leave
+// it alone until the request completed; a read's bytes are on the device when wait() (or the
+// sync call) returned. `validate` needs host memory (kInvalidArgument for device memory).
+// Without a usable CUDA runtime a device call fails with kUnavailable before anything changes.
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
@@ -23,6 +34,7 @@
 #include <string>
 
 #include "fastpersist/io_engine.h"
+#include "fastpersist/memory_kind.h"
 #include "fastpersist/options.h"
 #include "fastpersist/pinned_buffer.h"
 #include "fastpersist/status.h"
@@ -61,6 +73,14 @@ class AioHandle {
   // Same on a caller's open descriptor (never closed or truncated by the handle).
   Result<int> async_pwrite_fd(const void* buffer, size_t bytes, int fd, uint64_t file_offset = 0);
   Result<int> async_pread_fd(void* buffer, size_t bytes, int fd, uint64_t file_offset = 0);
+
+  // The same calls for memory of either kind (see the top of this file for device memory).
+  Result<int> pwrite(const MemorySpan& buffer, const std::string& path, bool validate,
+                     bool async_op, uint64_t file_offset = 0, bool truncate = false);
+  Result<int> pread(const MemorySpan& buffer, const std::string& path, bool validate,
+                    bool async_op, uint64_t file_offset = 0);
+  Result<int> async_pwrite_fd(const MemorySpan& buffer, int fd, uint64_t file_offset = 0);
+  Result<int> async_pread_fd(const MemorySpan& buffer, int fd, uint64_t file_offset = 0);
 
   // Blocks until every request submitted so far finished; returns how many. If any failed,
   // returns the first error (all of them finished first). With nothing pending returns 0.

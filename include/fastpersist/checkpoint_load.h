@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fastpersist/memory_kind.h"
 #include "fastpersist/pinned_buffer.h"
 
 namespace fastpersist {
@@ -34,6 +35,13 @@ struct LoadDestination {
   std::vector<uint64_t> shape;
   // In elements, one per dimension; empty: contiguous. No negative or overlapping strides.
   std::vector<int64_t> strides;
+  // Memory of CUDA device `device` (kCudaDevice): filled from the pinned slots of the staged
+  // read with host-to-device copies on a stream of fastpersist's own, on a thread of its own,
+  // and complete when load() returns. Only a tensor stored raw, in this dtype, contiguous, with
+  // this as its one destination goes there; otherwise the destination is treated as
+  // caller-copies (data == nullptr). The caller must not use the memory until load() returned.
+  MemoryKind memory = MemoryKind::kHost;
+  int device = -1;
 };
 
 struct LoadRequest {

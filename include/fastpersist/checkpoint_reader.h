@@ -74,6 +74,7 @@ struct TensorReadRequest {
   size_t tensor = 0;                  // index into manifest().tensors
   std::byte* destination = nullptr;
   uint64_t capacity = 0;
+  int device = -1;  // >= 0: `destination` is memory of this CUDA device (see LoadDestination)
 };
 
 class CheckpointReader {

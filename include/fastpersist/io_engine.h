@@ -26,6 +26,7 @@
 #include <string>
 
 #include "fastpersist/io_backend.h"
+#include "fastpersist/memory_kind.h"
 #include "fastpersist/options.h"
 #include "fastpersist/status.h"
 
@@ -44,6 +45,13 @@ struct IoRequest {
   // whatever it held, including bytes of earlier requests still in flight. Off by default:
   // truncation destroys data, so the caller has to ask for it.
   bool truncate = false;
+  // Where `buffer` lives. The engine moves host memory only: its workers memcpy through bounce
+  // blocks and hand the address to pread/pwrite and the kernel, none of which may see device
+  // memory, so a request for device memory is refused (kInvalidArgument) before anything is
+  // opened. Callers stage device memory through pinned host memory (AioHandle) or give it to
+  // cuFile (GdsHandle).
+  MemoryKind memory = MemoryKind::kHost;
+  int device = -1;  // the CUDA device of kCudaDevice memory
 };
 
 // How the engine opened a file; returned by probe_file and kept in the statistics.

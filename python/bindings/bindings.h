@@ -26,6 +26,7 @@ void bind_errors(nb::module_& m);
 void bind_options(nb::module_& m);
 void bind_buffers(nb::module_& m);
 void bind_aio_handle(nb::module_& m);
+void bind_gds_handle(nb::module_& m);
 void bind_writer(nb::module_& m);
 void bind_checkpoint(nb::module_& m);
 void bind_commit(nb::module_& m);

@@ -163,14 +163,31 @@ class PyCheckpointReader {
   // index or -1, byte offset, nbytes, destination index or -1) per stored tensor loaded, in
   // manifest order. `progress(done, total)` runs with the GIL; an exception it raises is
   // raised once the load has finished (the reads in flight must complete first).
+  // `device_tensors` {destination index: CUDA tensor}: those destinations are the tensors'
+  // device memory (address, length and device read from each tensor here, not from the tuple).
   nb::tuple load(std::optional<std::vector<std::string>> names, const std::vector<DestinationTuple>& destinations,
                  bool into, const std::string& dtype, const std::map<std::string, std::string>& dtype_by_name,
-                 bool strict, bool verify, uint64_t max_memory, nb::object progress) {
+                 bool strict, bool verify, uint64_t max_memory, nb::object progress,
+                 const std::map<size_t, nb::object>& device_tensors) {
     LoadRequest req;
     req.names = std::move(names);
     req.destinations.reserve(destinations.size());
     for (const auto& [name, address, capacity, dest_dtype, shape, strides] : destinations) {
       req.destinations.push_back({name, reinterpret_cast<std::byte*>(address), capacity, dest_dtype, shape, strides});
+    }
+    std::vector<CheckedBuffer> device_memory;  // keeps each tensor exported during the load
+    for (const auto& [index, tensor] : device_tensors) {
+      if (index >= req.destinations.size()) throw nb::value_error("device_tensors: index out of range");
+      CheckedBuffer b = checked_buffer(tensor, MemoryUse::kWrite, MemoryPlace::kHostOrCudaDevice,
+                                       "device destination");
+      if (b.device < 0) throw nb::value_error("device_tensors: a tensor in host memory");
+      LoadDestination& d = req.destinations[index];
+      d.data = b.data;
+      d.capacity_bytes = b.nbytes;
+      d.strides.clear();  // checked_buffer accepts contiguous memory only
+      d.memory = MemoryKind::kCudaDevice;
+      d.device = b.device;
+      device_memory.push_back(std::move(b));
     }
     req.into = into;
     req.dtype = dtype;
@@ -378,7 +395,8 @@ void bind_checkpoint(nb::module_& m) {
   nb::class_<PyCheckpointReader>(m, "CheckpointReader")
       .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)
       .def("load", &PyCheckpointReader::load, "names"_a.none(), "destinations"_a, "into"_a, "dtype"_a,
-           "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none())
+           "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none(),
+           "device_tensors"_a = std::map<size_t, nb::object>())
       .def("read_objects", &PyCheckpointReader::read_objects)
       .def("read_file", &PyCheckpointReader::read_file, "name"_a,
            "The whole objects-role file `name`, checksum-checked (KeyError-like NotFound when not listed).")

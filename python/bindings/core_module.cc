@@ -14,6 +14,7 @@ NB_MODULE(_core, m) {
   fp::bind_options(m);
   fp::bind_buffers(m);
   fp::bind_aio_handle(m);
+  fp::bind_gds_handle(m);
   fp::bind_writer(m);
   fp::bind_manifest(m);
   fp::bind_commit(m);

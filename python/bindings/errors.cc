@@ -13,6 +13,8 @@
 //   kDataLoss                            fastpersist.CheckpointCorruptError (a ValueError)
 //   kBusy                                fastpersist.CheckpointLockedError (a RuntimeError)
 //   kUnavailable, kInternal              RuntimeError
+//   kUnavailable of a GPU transfer       fastpersist.GpuUnavailableError (a RuntimeError): the
+//                                        handles' calls raise it through raise_gpu_status
 //
 // The text always keeps the status's message and, when present, its offset and length.
 #include <nanobind/stl/optional.h>
@@ -25,6 +27,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "handle_bindings.h"
 
 namespace fastpersist::python {
 namespace {
@@ -100,6 +103,11 @@ void raise_status(const Status& st) {
   }
   PyErr_SetObject(PyExc_RuntimeError, utf8_str(st.to_string()).ptr());
   throw nb::python_error();
+}
+
+void raise_gpu_status(const Status& st) {
+  if (st.code() == StatusCode::kUnavailable) raise_package_error("GpuUnavailableError", st);
+  raise_status(st);
 }
 
 void bind_errors(nb::module_& m) {

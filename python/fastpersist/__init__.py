@@ -22,7 +22,8 @@ from ._system import BackendInfo, FileIoMode, backends, parse_size, probe_file_i
 from .aio_handle import AioHandle, IoStats, aio_handle
 from .config import active_config, load_config
 from .errors import (CheckpointCorruptError, CheckpointLockedError, CheckpointUnsupportedError,
-                     DistributedCheckpointError)
+                     DistributedCheckpointError, GpuUnavailableError)
+from .gds_handle import GdsHandle, gds_handle, gds_info
 from .maintenance import StaleFiles, clean_stale_temp_files
 from .object_store import open_object_store as _open_object_store
 from .serialization import load, read_file, save
@@ -77,6 +78,8 @@ __all__ = [
     "S3Store",
     "BackgroundState",
     "FastFileWriter",
+    "GdsHandle",
+    "GpuUnavailableError",
     "MockFileWriter",
     "PyFileWriter",
     "BackendInfo",
@@ -86,6 +89,8 @@ __all__ = [
     "StaleFiles",
     "__version__",
     "aio_handle",
+    "gds_handle",
+    "gds_info",
     "active_config",
     "load_config",
     "backends",

@@ -31,3 +31,16 @@ def lendable(obj: Any) -> Any:
             "t.resolve_neg() first"
         )
     return obj.detach() if obj.requires_grad else obj
+
+
+def settle_device_memory(obj: Any) -> None:
+    """Before C++ moves a CUDA tensor's memory: waits for the work queued on the current stream
+    of the tensor's device, which is where torch's ops that produced (or will overwrite) it ran.
+
+    C++ copies on a stream of its own (or with cuFile's DMA), which does not wait for the
+    caller's streams. Work on other streams touching the tensor is the caller's to finish
+    (an event or ``torch.cuda.synchronize()``), as for any cross-stream use in torch.
+    """
+    if is_torch_tensor(obj) and obj.is_cuda:
+        torch = sys.modules["torch"]
+        torch.cuda.current_stream(obj.device).synchronize()

@@ -7,8 +7,12 @@ requests completed, async calls return 0 and are collected by ``wait()``). Diffe
 
 * Any buffer size and file offset works; nothing is silently short. The length of a transfer is
   always the buffer's own: C++ reads address, length, layout and device from the object, and
-  refuses (ValueError, before any I/O) read-only memory to read into, non-contiguous buffers and
-  device memory.
+  refuses (ValueError, before any I/O) read-only memory to read into and non-contiguous buffers.
+* CUDA tensors are accepted, as DeepNVMe's are, and staged through pinned host memory chunk by
+  chunk, with async copies on a stream of the handle's own overlapped with the file I/O
+  (docs/gpu.md). Before handing one over, the façade waits for the current stream of the
+  tensor's device; work on other streams is the caller's to finish. Without a usable CUDA
+  runtime a CUDA tensor raises ``fastpersist.GpuUnavailableError`` and nothing changes.
 * Writes never truncate unless asked (``truncate=True``): threads or async batches writing
   disjoint ranges of one file keep each other's bytes, and a shorter rewrite leaves the old tail.
 * Errors raise exceptions instead of printing and returning -1 (or aborting): ``OSError``
@@ -29,7 +33,7 @@ from typing import Any, Callable, Optional, Union
 
 from . import _core
 from ._engine_options import check_uint, engine_options
-from ._buffers import is_torch_tensor, lendable
+from ._buffers import is_torch_tensor, lendable, settle_device_memory
 from ._keepalive import KeepAlive
 
 FileTarget = Union[str, "os.PathLike[str]", int]
@@ -126,9 +130,13 @@ class AioHandle:
             single_submit=knob(single_submit, "single_submit"),
             overlap_events=knob(overlap_events, "overlap_events"), direct_io=direct_io,
             direct_io_min_bytes=direct_io_min_bytes)
-        self._h = _core.AioHandle.create(options)
+        self._h = self._create(options)
         # Objects of async requests, kept alive until their I/O finished (_keepalive.py).
         self._keepalive = KeepAlive()
+
+    @staticmethod
+    def _create(options: "_core.EngineOptions") -> Any:
+        return _core.AioHandle.create(options)
 
     # ---------------------------------------------------------------- knobs (DeepNVMe getters)
     def get_block_size(self) -> int:
@@ -327,7 +335,10 @@ class AioHandle:
         )
 
     def is_pinned(self, tensor: Any) -> bool:
-        """True for memory inside this handle's locked buffers, or a torch-pinned tensor."""
+        """True for memory inside this handle's locked buffers, or a torch-pinned tensor
+        (False for a CUDA tensor: device memory is not host memory, pinned or not)."""
+        if is_torch_tensor(tensor) and tensor.is_cuda:
+            return False
         if self._h.is_pinned(lendable(tensor)):
             return True
         if is_torch_tensor(tensor):
@@ -370,9 +381,9 @@ class AioHandle:
 
     def __repr__(self) -> str:
         if self._h.closed:
-            return "<fastpersist.AioHandle closed>"
+            return f"<fastpersist.{type(self).__name__} closed>"
         return (
-            f"<fastpersist.AioHandle backend={self.backend} block_size={self.get_block_size()} "
+            f"<fastpersist.{type(self).__name__} backend={self.backend} block_size={self.get_block_size()} "
             f"queue_depth={self.get_queue_depth()} "
             f"intra_op_parallelism={self.get_intra_op_parallelism()}>"
         )
@@ -398,6 +409,7 @@ class AioHandle:
     ) -> int:
         buffer = lendable(buffer)
         offset = _check_offset(file_offset)
+        settle_device_memory(buffer)
         h = self._h
         fn: Callable[..., object]  # one of the handle's calls, whose signatures differ
         pin: object  # what keeps the buffer alive until wait()
@@ -423,6 +435,7 @@ class AioHandle:
     ) -> int:
         buffer = lendable(buffer)
         offset = _check_offset(file_offset)
+        settle_device_memory(buffer)
         h = self._h
         if isinstance(target, int):
             _check_fd_request(validate, truncate)

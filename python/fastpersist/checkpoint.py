@@ -615,7 +615,11 @@ class CheckpointManager:
             max_memory: cap on the bytes read at a time (bytes or "1GiB"); in-place loads of a
                 large checkpoint then need little extra memory. Tensors larger than the cap
                 that are converted (dtype) or copied into non-contiguous destinations stream
-                through it in pieces; a ``map_location`` device move follows the host load.
+                through it in pieces; a ``map_location`` device move follows the host load,
+                except for ``map_location="cuda[:N]"`` without ``into=`` and ``dtype=``: raw
+                tensors then go from the read's pinned slots to the device with async copies
+                on a stream of fastpersist's own, complete when load() returns
+                (docs/gpu.md).
             weights_only: restrict what the sidecar may unpickle (see checkpoint_state).
         """
         if self._dist is not None:

@@ -17,6 +17,7 @@ import torch
 
 from . import _core
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_into, torch_dtype, unflatten_state
+from .checkpoint_state import SAFETENSORS_TO_DTYPE as DTYPE_TO_TORCH
 
 KeySelection = Union[None, Iterable[str], Callable[[str], bool]]
 DtypeSpec = Union[None, torch.dtype, Mapping[str, torch.dtype]]
@@ -109,6 +110,28 @@ def written_through_dcp(manifest: Any) -> bool:
     return any(f.name == _core.layout.DCP_METADATA_FILE_NAME for f in manifest.files)
 
 
+def _device_destinations(manifest: Any, names: Optional[List[str]],
+                         device: torch.device) -> Dict[str, torch.Tensor]:
+    """For ``map_location`` on a CUDA device: an empty device tensor per selected raw tensor,
+    which C++ fills from the pinned slots of its staged read with host-to-device copies
+    (LoadDestination's device memory) instead of the tensor passing through new host memory
+    and ``.to(device)`` on this thread. Compressed tensors, and names selecting an alias, are
+    left to that path."""
+    wanted = None if names is None else set(names)
+    out: Dict[str, torch.Tensor] = {}
+    for t in manifest.tensors:
+        if t.encoding != "raw" or (wanted is not None and t.name not in wanted):
+            continue
+        dtype = DTYPE_TO_TORCH.get(t.dtype)
+        if dtype is None:
+            continue  # torch has no such dtype: the host path raises the clear error
+        out[t.name] = torch.empty(tuple(t.shape), dtype=dtype, device=device)
+    # torch may hand out memory still in use by kernels queued on the current stream; C++
+    # writes from a stream of its own, which would not wait for them.
+    torch.cuda.current_stream(device).synchronize()
+    return out
+
+
 def _to_device(state: Any, device: torch.device) -> Any:
     if isinstance(state, torch.Tensor):
         return state.to(device)
@@ -155,10 +178,15 @@ def load_checkpoint_dir(
         return state if device is None else _to_device(state, device)
     dest: Dict[str, torch.Tensor] = flatten_into(into) if into is not None else {}
     names = _names(keys, manifest, dest)
+    to_gpu = False
+    if into is None and dtype is None and device is not None and device.type == "cuda":
+        to_gpu = True
+        dest = _device_destinations(manifest, names, device)
     dest_items = list(dest.items())
+    device_tensors = ({i: t for i, (_, t) in enumerate(dest_items)} if to_gpu else {})
     buffers, tensors, states, _, _, _ = reader.load(
         names, [_destination(n, t) for n, t in dest_items], into is not None, blanket, by_name,
-        strict, verify, int(max_memory or 0), progress)
+        strict, verify, int(max_memory or 0), progress, device_tensors=device_tensors)
 
     loaded: Dict[str, torch.Tensor] = {}  # by stored name
     for name, code, shape, buffer, offset, nbytes, destination in tensors:
@@ -167,7 +195,9 @@ def load_checkpoint_dir(
             continue
         value = _wrap(buffers[buffer] if buffer >= 0 else None, offset, nbytes,
                       torch_dtype(code, name), shape)
-        loaded[name] = value if device is None else value.to(device)
+        # A device destination C++ could not fill (to_gpu) is filled from `value` below.
+        moved = device is None or (to_gpu and name in dest)
+        loaded[name] = value if moved else value.to(device)
     del buffers
     filled = {dest_items[i][0] for i, s in enumerate(states) if s == _FILLED}
     caller_copies = {dest_items[i][0] for i, s in enumerate(states) if s == _CALLER_COPIES}

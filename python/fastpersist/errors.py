@@ -22,12 +22,22 @@ class CheckpointUnsupportedError(ValueError):
     a checkpoint, as it skips a damaged one."""
 
 
+class GpuUnavailableError(RuntimeError):
+    """A call needed the GPU path and this process lacks it: the CUDA runtime (libcudart) or
+    cuFile (libcufile, for GdsHandle) could not be loaded, or the device could not be used.
+
+    The message names what is missing and why. Raised by ``AioHandle`` for CUDA tensors and by
+    every GPU call of ``GdsHandle`` before anything is opened, created or truncated: a failed
+    call changes nothing.
+    """
+
+
 class CheckpointLockedError(RuntimeError):
     """Another CheckpointManager (in this or another process) holds the root's lock."""
 
 
 __all__ = ["CheckpointCorruptError", "CheckpointLockedError", "CheckpointUnsupportedError",
-           "DistributedCheckpointError"]
+           "DistributedCheckpointError", "GpuUnavailableError"]
 
 
 class DistributedCheckpointError(RuntimeError):

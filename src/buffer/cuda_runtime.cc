@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -22,11 +23,17 @@ CudaRuntime load() {
   // second, newer runtime from the system might need a newer driver than torch's. Then the
   // newest found on the loader path.
   const char* names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"};
-  std::vector<std::pair<const char*, int>> attempts;
+  std::vector<std::pair<std::string, int>> attempts;
+  // An explicit choice comes before everything (a runtime outside the loader path, such as
+  // PyPI's nvidia-cuda-runtime, or the tests' fake one).
+  if (const char* configured = std::getenv("FASTPERSIST_CUDA_RUNTIME_LIBRARY");
+      configured != nullptr && *configured != '\0') {
+    attempts.emplace_back(configured, 0);
+  }
   for (const char* name : names) attempts.emplace_back(name, RTLD_NOLOAD);
   for (const char* name : names) attempts.emplace_back(name, 0);
   for (const auto& [name, mode] : attempts) {
-    void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL | mode);
+    void* lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | mode);
     if (lib == nullptr) continue;
     auto sym = [lib](const char* symbol) { return ::dlsym(lib, symbol); };
     CudaRuntime found;

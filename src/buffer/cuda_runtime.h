@@ -2,7 +2,8 @@
 // The CUDA runtime, found with dlopen at run time. fastpersist never needs CUDA to build; when
 // libcudart is present, pinned buffers are also registered with it so device copies are async,
 // and checkpoint snapshots copy GPU tensors into pinned staging (buffer/device_copy.h).
-// FASTPERSIST_DISABLE_CUDA=1 skips the lookup.
+// FASTPERSIST_DISABLE_CUDA=1 skips the lookup; FASTPERSIST_CUDA_RUNTIME_LIBRARY names a library
+// file to try first.
 //
 // Only a handful of C entry points are used, declared here with plain C types: cudaError_t and
 // cudaMemcpyKind are ints, cudaStream_t is an opaque pointer. Their ABI has not changed since
@@ -17,6 +18,7 @@ namespace fastpersist::buffer {
 using CudaStream = void*;  // cudaStream_t
 
 inline constexpr int kCudaSuccess = 0;
+inline constexpr int kCudaMemcpyHostToDevice = 1;
 inline constexpr int kCudaMemcpyDeviceToHost = 2;
 inline constexpr unsigned kCudaStreamNonBlocking = 1;
 

@@ -97,23 +97,46 @@ Status prepare_copy_target(PinnedBuffer& window, int device) {
   return Status::ok();
 }
 
-Status copy_from_device(void* dst, const void* src, size_t bytes, int device) {
+namespace {
+
+Status start_copy(void* dst, const void* src, size_t bytes, int kind, int device) {
   if (bytes == 0) return Status::ok();
   CudaStream stream = nullptr;
-  Status st = thread_streams().stream_for(device, &stream);
-  if (!st.is_ok()) return st;
-  const CudaRuntime& rt = cuda_runtime();
-  if (int rc = rt.memcpy_async(dst, src, bytes, kCudaMemcpyDeviceToHost, stream);
-      rc != kCudaSuccess) {
+  FP_RETURN_IF_ERROR(thread_streams().stream_for(device, &stream));
+  const char* what = kind == kCudaMemcpyDeviceToHost ? "device-to-host" : "host-to-device";
+  if (int rc = cuda_runtime().memcpy_async(dst, src, bytes, kind, stream); rc != kCudaSuccess) {
     return cuda_error(StatusCode::kIoError, rc,
-                      "device-to-host copy of " + std::to_string(bytes) + " bytes failed to start",
+                      std::string(what) + " copy of " + std::to_string(bytes) +
+                          " bytes failed to start",
                       device);
   }
-  if (int rc = rt.stream_synchronize(stream); rc != kCudaSuccess) {
-    return cuda_error(StatusCode::kIoError, rc,
-                      "device-to-host copy of " + std::to_string(bytes) + " bytes failed", device);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status start_copy_from_device(void* dst, const void* src, size_t bytes, int device) {
+  return start_copy(dst, src, bytes, kCudaMemcpyDeviceToHost, device);
+}
+
+Status start_copy_to_device(void* dst, const void* src, size_t bytes, int device) {
+  return start_copy(dst, src, bytes, kCudaMemcpyHostToDevice, device);
+}
+
+Status finish_copies(int device) {
+  CudaStream stream = nullptr;
+  FP_RETURN_IF_ERROR(thread_streams().stream_for(device, &stream));
+  if (int rc = cuda_runtime().stream_synchronize(stream); rc != kCudaSuccess) {
+    return cuda_error(StatusCode::kIoError, rc, "a copy between host and device memory failed",
+                      device);
   }
   return Status::ok();
+}
+
+Status copy_from_device(void* dst, const void* src, size_t bytes, int device) {
+  if (bytes == 0) return Status::ok();
+  FP_RETURN_IF_ERROR(start_copy_from_device(dst, src, bytes, device));
+  return finish_copies(device);
 }
 
 }  // namespace fastpersist::buffer

@@ -28,4 +28,12 @@ Status prepare_copy_target(PinnedBuffer& window, int device);
 // registered memory makes it a DMA at full speed) and waits until the bytes are there.
 Status copy_from_device(void* dst, const void* src, size_t bytes, int device);
 
+// The pipelined form (AioHandle's staging of device buffers): start_copy_* only enqueue the copy
+// on this thread's stream for `device` and return; finish_copies waits until every copy this
+// thread enqueued for `device` is done (and reports the first failure). Host memory must stay
+// valid, and not be reused, until finish_copies returned.
+Status start_copy_from_device(void* dst, const void* src, size_t bytes, int device);
+Status start_copy_to_device(void* dst, const void* src, size_t bytes, int device);
+Status finish_copies(int device);
+
 }  // namespace fastpersist::buffer

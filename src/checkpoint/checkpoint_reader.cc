@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cstring>
 #include <cerrno>
 #include <deque>
@@ -296,8 +297,10 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
       continue;
     }
     auto address = reinterpret_cast<uintptr_t>(requests[i].destination);
-    if ((address - t.offset) % kReadAlignment != 0) {
-      staged.push_back({path_of(t), file_of(t).size, t.offset, t.length, requests[i].destination});
+    // Device memory goes through the staged ring too: the kernel cannot read into it.
+    if (requests[i].device >= 0 || (address - t.offset) % kReadAlignment != 0) {
+      staged.push_back({path_of(t), file_of(t).size, t.offset, t.length, requests[i].destination,
+                        requests[i].device});
       staged_request.push_back(i);
       continue;
     }
@@ -334,7 +337,16 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
         return actual == t.checksum ? Status::ok() : checksum_mismatch(path_of(t), t, actual);
       };
     }
-    first = checkpoint::read_staged(*engine_, staged, so);
+    bool to_device = std::any_of(staged.begin(), staged.end(),
+                                 [](const checkpoint::StagedTarget& t) { return t.device >= 0; });
+    if (to_device) {
+      // Copies to a device select it on the copying thread: not the caller's, whose current
+      // device is its own business (torch's).
+      std::thread copier([&] { first = checkpoint::read_staged(*engine_, staged, so); });
+      copier.join();
+    } else {
+      first = checkpoint::read_staged(*engine_, staged, so);
+    }
   }
   // Empty tensors read from spans: still check their recorded checksum.
   for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {

@@ -146,6 +146,14 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
                      " bytes, but its shape " + shape_text(dest.shape) + " of " + dest.dtype + " spans " +
                      std::to_string(extent.value()));
     }
+    if (dest.memory != MemoryKind::kHost) {
+      if (dest.device < 0) return invalid("the destination of '" + dest.name + "' is device memory without a device");
+      // Not host memory, so not in /proc/self/maps; whether its tensor can go there is decided
+      // per tensor below.
+      plan.destination_state[d] = DestinationState::kFilled;
+      destinations_of[*i].push_back(d);
+      continue;
+    }
     if (extent.value() > 0) ranges.push_back({dest.data, extent.value(), &dest.name});
     plan.destination_state[d] = DestinationState::kFilled;
     destinations_of[*i].push_back(d);
@@ -210,6 +218,21 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
                         plain_strides(kept.shape, kept.strides) == plain_strides(dest.shape, dest.strides));
       }
       if (!same) p.destinations.push_back(d);
+    }
+    // Device memory is written only by the staged read's host-to-device copies (the direct
+    // route): a tensor that needs another route, or has other destinations too, leaves its
+    // device destinations to the caller, from new host memory.
+    const bool device_ok = !encoded && p.destinations.size() == 1 &&
+                           r.destinations[p.destinations[0]].dtype == t.dtype &&
+                           is_contiguous(t.shape, r.destinations[p.destinations[0]].strides);
+    for (auto it = p.destinations.begin(); it != p.destinations.end();) {
+      if (r.destinations[*it].memory == MemoryKind::kHost || device_ok) {
+        ++it;
+        continue;
+      }
+      plan.destination_state[*it] = DestinationState::kCallerCopies;
+      if (caller_copies[i] < 0) caller_copies[i] = static_cast<long>(*it);
+      it = p.destinations.erase(it);
     }
     if (!p.destinations.empty()) {
       p.dtype = r.destinations[p.destinations[0]].dtype;

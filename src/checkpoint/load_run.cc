@@ -64,7 +64,8 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
   for (const checkpoint::PlannedTensor& p : plan.tensors) {
     if (p.route != LoadRoute::kDirect) continue;
     const LoadDestination& d = request.destinations[p.destinations[0]];
-    direct.push_back({p.tensor, d.data, d.capacity_bytes});
+    direct.push_back({p.tensor, d.data, d.capacity_bytes,
+                      d.memory == MemoryKind::kHost ? -1 : d.device});
     direct_bytes += manifest_.tensors[p.tensor].length;
   }
   if (!direct.empty()) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 
+#include "buffer/device_copy.h"
 #include "common/align.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/pinned_buffer.h"
@@ -132,6 +133,17 @@ class StagedReader {
         st = deliver_part(part, f.slot->data());
         if (!st.is_ok()) break;
       }
+      // The slot is read into again next: the copies out of it to device memory must be done
+      // (also those started before a failure).
+      std::vector<int> devices;
+      for (const Part& part : f.piece->parts) {
+        int d = targets_[part.target].device;
+        if (d >= 0 && std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+      }
+      for (int d : devices) {
+        Status copied = buffer::finish_copies(d);
+        if (st.is_ok()) st = copied;
+      }
     }
     free_.push_back(std::move(f.slot));
     return st;
@@ -144,8 +156,14 @@ class StagedReader {
     for (uint64_t done = 0; done < part.length;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunkBytes, part.length - done));
       std::byte* to = t.destination + part.target_pos + done;
-      std::memcpy(to, slot + part.slot_pos + done, n);
-      if (hashing) hash_.update(to, n);
+      const std::byte* from = slot + part.slot_pos + done;
+      if (t.device >= 0) {
+        FP_RETURN_IF_ERROR(buffer::start_copy_to_device(to, from, n, t.device));
+        if (hashing) hash_.update(from, n);  // the device memory is not for host eyes
+      } else {
+        std::memcpy(to, from, n);
+        if (hashing) hash_.update(to, n);
+      }
       done += n;
     }
     if (hashing && part.target_pos + part.length == t.length) return o_.on_checksum(part.target, hash_.digest());

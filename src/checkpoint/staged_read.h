@@ -34,6 +34,7 @@ struct StagedTarget {
   uint64_t file_offset = 0;  // the tensor's bytes in it
   uint64_t length = 0;
   std::byte* destination = nullptr;
+  int device = -1;  // >= 0: `destination` is memory of this CUDA device (copied, not memcpy'd)
 };
 
 struct StagedReadOptions {
@@ -46,7 +47,10 @@ struct StagedReadOptions {
 };
 
 // Reads every target (sorted here by path and offset; ranges must not overlap). Returns the
-// first error; on error some destinations may hold partial data.
+// first error; on error some destinations may hold partial data. Device targets get
+// host-to-device copies from the (pinned) slot on this thread's stream, waited for before the
+// slot is read into again; the checksum is taken from the slot. With device targets, call it
+// on a thread of its own: it selects their devices on the calling thread.
 Status read_staged(IoEngine& engine, const std::vector<StagedTarget>& targets,
                    const StagedReadOptions& options);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "handle/device_requests.h"
 
 namespace fastpersist {
 namespace {
@@ -64,9 +65,11 @@ struct AioHandle::Impl {
     IoTicket ticket;
   };
 
-  explicit Impl(std::unique_ptr<IoEngine> e) : engine(std::move(e)) {}
+  explicit Impl(std::unique_ptr<IoEngine> e)
+      : engine(std::move(e)), device(std::make_unique<handle::DeviceRequests>(*engine, pool)) {}
 
   Result<int> start(const IoRequest& request, bool validate, bool async_op);
+  Result<int> start_device(const IoRequest& request, bool validate, bool async_op);
   Result<int> wait();
   Status run_validations(std::vector<Validation> checks);
 
@@ -75,6 +78,9 @@ struct AioHandle::Impl {
   mutable std::mutex mu;  // guards pending_validations and locked
   std::vector<Validation> pending_validations;
   std::vector<std::shared_ptr<PinnedBuffer>> locked;
+  // Declared last, so destroyed first: its thread finishes staging (with the engine and the
+  // pool above) before they go.
+  std::unique_ptr<handle::DeviceRequests> device;
 };
 
 Result<std::unique_ptr<AioHandle>> AioHandle::create(const EngineOptions& options) {
@@ -84,7 +90,10 @@ Result<std::unique_ptr<AioHandle>> AioHandle::create(const EngineOptions& option
 
 AioHandle::AioHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-AioHandle::~AioHandle() { (void)impl_->engine->wait(); }
+AioHandle::~AioHandle() {
+  (void)impl_->device->wait();
+  (void)impl_->engine->wait();
+}
 
 IoEngine& AioHandle::engine() { return *impl_->engine; }
 
@@ -98,6 +107,7 @@ unsigned AioHandle::get_intra_op_parallelism() const {
 size_t AioHandle::get_alignment() const { return kHandleAlignment * get_intra_op_parallelism(); }
 
 Result<int> AioHandle::Impl::start(const IoRequest& request, bool validate, bool async_op) {
+  if (request.memory != MemoryKind::kHost) return start_device(request, validate, async_op);
   FP_ASSIGN_OR_RETURN(IoTicket ticket, engine->submit(request));
   if (validate) {
     std::lock_guard lock(mu);
@@ -115,9 +125,48 @@ Result<int> AioHandle::Impl::start(const IoRequest& request, bool validate, bool
   return std::max(*drained, 1);
 }
 
+// Everything is checked before the request is queued, so a refused call changes nothing.
+Result<int> AioHandle::Impl::start_device(const IoRequest& request, bool validate,
+                                          bool async_op) {
+  auto where = [&] { return request.fd >= 0 ? "fd " + std::to_string(request.fd) : request.path; };
+  if (validate) {
+    return Status(StatusCode::kInvalidArgument,
+                  "validate compares the file with the buffer in host memory; the buffer is in "
+                  "the memory of CUDA device " + std::to_string(request.device))
+        .with_path(where());
+  }
+  if (request.truncate && request.fd >= 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "truncate applies only to writes by path (a caller's descriptor is never "
+                  "truncated)");
+  }
+  if (request.file_offset > UINT64_MAX - request.length ||
+      request.file_offset + request.length > uint64_t{INT64_MAX}) {
+    return Status(StatusCode::kInvalidArgument, "file offset + length overflows");
+  }
+  FP_RETURN_IF_ERROR(device->ready(request.device));
+  handle::StagedTransfer t;
+  t.kind = request.kind;
+  t.memory = MemorySpan{request.buffer, static_cast<size_t>(request.length), request.memory,
+                        request.device};
+  t.path = request.path;
+  t.fd = request.fd;
+  t.file_offset = request.file_offset;
+  t.truncate = request.truncate;
+  std::shared_ptr<handle::DeviceRequests::Done> own = device->submit(std::move(t));
+  if (async_op) return 0;
+  Result<int> drained = wait();
+  if (Status st = own->wait(); !st.is_ok()) return st;
+  if (!drained.is_ok()) return drained.status();
+  return std::max(*drained, 1);
+}
+
 Result<int> AioHandle::wait() { return impl_->wait(); }
 
 Result<int> AioHandle::Impl::wait() {
+  // Device requests first: their chunks are engine requests that the engine's wait() does not
+  // count (IoEngine::start), and each is one request to the caller.
+  Result<size_t> staged = device->wait();
   Result<size_t> done = engine->wait();
   std::vector<Validation> checks;
   {
@@ -125,8 +174,9 @@ Result<int> AioHandle::Impl::wait() {
     checks.swap(pending_validations);
   }
   if (!done.is_ok()) return done.status();
+  if (!staged.is_ok()) return staged.status();
   FP_RETURN_IF_ERROR(run_validations(std::move(checks)));
-  return static_cast<int>(*done);
+  return static_cast<int>(*done + *staged);
 }
 
 Status AioHandle::Impl::run_validations(std::vector<Validation> checks) {
@@ -185,6 +235,35 @@ Result<int> AioHandle::async_pwrite_fd(const void* buffer, size_t bytes, int fd,
 Result<int> AioHandle::async_pread_fd(void* buffer, size_t bytes, int fd, uint64_t file_offset) {
   if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
   return impl_->start(make_request(IoKind::kRead, buffer, bytes, "", fd, file_offset), false, true);
+}
+
+namespace {
+IoRequest span_request(IoKind kind, const MemorySpan& m, const std::string& path, int fd,
+                       uint64_t offset, bool truncate = false) {
+  IoRequest r = make_request(kind, m.data, m.bytes, path, fd, offset, truncate);
+  r.memory = m.kind;
+  r.device = m.device;
+  return r;
+}
+}  // namespace
+
+Result<int> AioHandle::pwrite(const MemorySpan& buffer, const std::string& path, bool validate,
+                              bool async_op, uint64_t file_offset, bool truncate) {
+  return impl_->start(span_request(IoKind::kWrite, buffer, path, -1, file_offset, truncate),
+                      validate, async_op);
+}
+Result<int> AioHandle::pread(const MemorySpan& buffer, const std::string& path, bool validate,
+                             bool async_op, uint64_t file_offset) {
+  return impl_->start(span_request(IoKind::kRead, buffer, path, -1, file_offset), validate,
+                      async_op);
+}
+Result<int> AioHandle::async_pwrite_fd(const MemorySpan& buffer, int fd, uint64_t file_offset) {
+  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  return impl_->start(span_request(IoKind::kWrite, buffer, "", fd, file_offset), false, true);
+}
+Result<int> AioHandle::async_pread_fd(const MemorySpan& buffer, int fd, uint64_t file_offset) {
+  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  return impl_->start(span_request(IoKind::kRead, buffer, "", fd, file_offset), false, true);
 }
 
 Result<std::shared_ptr<PinnedBuffer>> AioHandle::new_cpu_locked_buffer(size_t bytes) {

@@ -84,6 +84,18 @@ const std::string& IoEngine::backend_name() const { return impl_->backend_name; 
 const std::string& IoEngine::backend_reason() const { return impl_->backend_reason; }
 
 Result<IoTicket> IoEngine::Impl::start(const IoRequest& r) {
+  if (r.memory != MemoryKind::kHost) {
+    // Checked before the file is opened, so a refused request changes nothing on disk (no
+    // file created, none truncated).
+    return Status(StatusCode::kInvalidArgument,
+                  "the buffer is in the memory of CUDA device " + std::to_string(r.device) +
+                      ", and the " + backend_name +
+                      " engine moves host memory only (its bounce copies and the kernel would "
+                      "read it as host memory); stage it through pinned host memory "
+                      "(AioHandle does) or use GdsHandle (cuFile)")
+        .with_path(r.fd >= 0 ? "fd " + std::to_string(r.fd) : r.path)
+        .with_range(r.file_offset, r.length);
+  }
   if (r.buffer == nullptr && r.length > 0) {
     return Status(StatusCode::kInvalidArgument, "buffer is null but length is " + std::to_string(r.length));
   }
