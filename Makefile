@@ -9,7 +9,9 @@
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
 #   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
-#   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`
+#   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`,
+#                  run by .ci/run after it
+#   make sanitize-python  pytest against an ASan+UBSan build of the extension (build-pyasan/)
 #   make fuzz      every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each, clang in build-fuzz/
 #   make soak      SOAK_MINUTES of saves under SIGKILL, ENOSPC and fsync EIO, checked (tests/soak/)
 #   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
@@ -50,7 +52,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
          -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: all deps venv build python test test-cpp test-python example demo bench clean distclean \
-  sanitize $(SANITIZERS:%=sanitize-%) fuzz soak
+  sanitize $(SANITIZERS:%=sanitize-%) sanitize-python fuzz soak
 
 all: test
 
@@ -116,6 +118,11 @@ $(SANITIZERS:%=build-%/build.ninja): build-%/build.ninja: CMakePresets.json | de
 $(SANITIZERS:%=sanitize-%): sanitize-%: build-%/build.ninja
 	$(CMAKE) --build --preset $* -j $(JOBS)
 	$(CTEST) --preset $* --output-on-failure $(CTEST_ARGS)
+
+# The Python tests against the extension built with ASan+UBSan, libasan preloaded into the
+# interpreter (tests/sanitizers/python_asan.sh); on demand: it does not fit in CI's time.
+sanitize-python: python
+	tests/sanitizers/python_asan.sh $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------------------- fuzzing
 # libFuzzer needs clang (Debian's `clang` package, installed here on first use); the targets and

@@ -120,7 +120,7 @@ Status PartUploader::send(std::shared_ptr<Buffer> buffer, bool last) {
       std::lock_guard lock(mu_);
       object->ended = true;
       free_.push_back(std::move(buffer));
-      complete_now = object->parts_pending == 0;
+      complete_now = object->parts_pending == 0 && error_.is_ok();
       if (complete_now) ++in_flight_;
     }
     if (complete_now) {
