@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The Python tests against the extension module built with ASan + UBSan (`make sanitize-python`).
+# The Python tests against the extension module built with ASan + UBSan (`make sanitize-python`;
+# on demand: it does not fit in CI's time, docs/reliability.md "Sanitizers").
 # The interpreter is not instrumented, so libasan is preloaded; leak checking is off (CPython
 # and torch keep memory to exit by design); any other report aborts the test process.
 # The package runs from BUILD/pkg (python/fastpersist + the instrumented _core), ahead of the
@@ -21,6 +22,10 @@ pkg=$build/pkg
 rm -rf "$pkg" && mkdir -p "$pkg"
 cp -r python/fastpersist "$pkg/"
 cp "$build"/python/_core*.so "$pkg/fastpersist/"
+# The type stubs the installed package's build generated from the same sources (stubgen would
+# have to import the instrumented module before libasan is preloaded).
+installed=$("$venv/bin/python" -c "import fastpersist, os; print(os.path.dirname(fastpersist.__file__))")
+cp "$installed/_core.pyi" "$pkg/fastpersist/"
 # libstdc++ too: python does not link it, and ASan resolves __cxa_throw when it starts.
 export LD_PRELOAD="$(${CXX:-g++} -print-file-name=libasan.so) $(${CXX:-g++} -print-file-name=libstdc++.so)"
 export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=0
