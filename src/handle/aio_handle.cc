@@ -108,21 +108,29 @@ size_t AioHandle::get_alignment() const { return kHandleAlignment * get_intra_op
 
 Result<int> AioHandle::Impl::start(const IoRequest& request, bool validate, bool async_op) {
   if (request.memory != MemoryKind::kHost) return start_device(request, validate, async_op);
-  FP_ASSIGN_OR_RETURN(IoTicket ticket, engine->submit(request));
-  if (validate) {
-    std::lock_guard lock(mu);
-    pending_validations.push_back({request.kind == IoKind::kWrite, request.buffer,
-                                   static_cast<size_t>(request.length), request.path, request.fd,
-                                   request.file_offset, ticket});
+  if (async_op) {
+    FP_ASSIGN_OR_RETURN(IoTicket ticket, engine->submit(request));
+    if (validate) {
+      std::lock_guard lock(mu);
+      pending_validations.push_back({request.kind == IoKind::kWrite, request.buffer,
+                                     static_cast<size_t>(request.length), request.path,
+                                     request.fd, request.file_offset, ticket});
+    }
+    return 0;
   }
-  if (async_op) return 0;
-  // Another thread's wait() may collect our request; our own ticket still tells when it is done
-  // and how it ended, so a sync call never returns early or loses its error.
+  // A sync request is started outside the engine's wait() list: only this call waits for it
+  // and counts it, so a wait() racing on another thread can neither collect nor count it twice.
+  // The wait() below drains the earlier async requests, as DeepNVMe's sync calls do.
+  FP_ASSIGN_OR_RETURN(IoTicket ticket, engine->start(request));
   Result<int> drained = wait();
   Result<uint64_t> own = ticket.wait();
   if (!own.is_ok()) return own.status();
+  if (validate) {
+    FP_RETURN_IF_ERROR(compare_with_file(request.buffer, static_cast<size_t>(request.length),
+                                         request.path, request.fd, request.file_offset));
+  }
   if (!drained.is_ok()) return drained.status();
-  return std::max(*drained, 1);
+  return *drained + 1;
 }
 
 // Everything is checked before the request is queued, so a refused call changes nothing.
@@ -153,12 +161,14 @@ Result<int> AioHandle::Impl::start_device(const IoRequest& request, bool validat
   t.fd = request.fd;
   t.file_offset = request.file_offset;
   t.truncate = request.truncate;
-  std::shared_ptr<handle::DeviceRequests::Done> own = device->submit(std::move(t));
+  // As for host memory: a sync request is counted by its own call only.
+  std::shared_ptr<handle::DeviceRequests::Done> own =
+      device->submit(std::move(t), /*collected_by_wait=*/async_op);
   if (async_op) return 0;
   Result<int> drained = wait();
   if (Status st = own->wait(); !st.is_ok()) return st;
   if (!drained.is_ok()) return drained.status();
-  return std::max(*drained, 1);
+  return *drained + 1;
 }
 
 Result<int> AioHandle::wait() { return impl_->wait(); }

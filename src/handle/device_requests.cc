@@ -39,13 +39,14 @@ Status DeviceRequests::ready(int device) {
   return st;
 }
 
-std::shared_ptr<DeviceRequests::Done> DeviceRequests::submit(StagedTransfer transfer) {
+std::shared_ptr<DeviceRequests::Done> DeviceRequests::submit(StagedTransfer transfer,
+                                                              bool collected_by_wait) {
   auto done = std::make_shared<Done>();
   {
     std::lock_guard lock(mu_);
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
     queue_.push_back({std::move(transfer), done});
-    uncollected_.push_back(done);
+    if (collected_by_wait) uncollected_.push_back(done);
   }
   cv_.notify_one();
   return done;

@@ -43,8 +43,10 @@ class DeviceRequests {
   // its own; checked before a request is queued, so a refused call changes nothing.
   Status ready(int device);
 
-  // Queues the transfer; the returned state tells when it finished and how.
-  std::shared_ptr<Done> submit(StagedTransfer transfer);
+  // Queues the transfer; the returned state tells when it finished and how. Unless
+  // `collected_by_wait`, that state is the only way to collect it: wait() neither waits for
+  // nor counts it (a sync call's own request).
+  std::shared_ptr<Done> submit(StagedTransfer transfer, bool collected_by_wait = true);
 
   // Waits for every request submitted and not yet collected; returns how many, or the first
   // error once all of them finished.

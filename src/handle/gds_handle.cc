@@ -68,12 +68,13 @@ struct GdsHandle::Impl {
         t.file_offset + t.memory.bytes > uint64_t{INT64_MAX}) {
       return Status(StatusCode::kInvalidArgument, "file offset + length overflows");
     }
-    FP_ASSIGN_OR_RETURN(auto request, device->submit(std::move(t)));
+    // A sync request is counted by its own call only (see AioHandle::Impl::start).
+    FP_ASSIGN_OR_RETURN(auto request, device->submit(std::move(t), /*collected_by_wait=*/async_op));
     if (async_op) return 0;
     Result<int> drained = wait();
     if (Status st = handle::GdsRequests::wait_for(request); !st.is_ok()) return st;
     if (!drained.is_ok()) return drained.status();
-    return std::max(*drained, 1);
+    return *drained + 1;
   }
 
   Result<int> wait() {

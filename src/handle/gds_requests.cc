@@ -178,7 +178,8 @@ Status GdsRequests::ready(int device) {
   return st;
 }
 
-Result<std::shared_ptr<GdsRequests::Request>> GdsRequests::submit(GdsTransfer transfer) {
+Result<std::shared_ptr<GdsRequests::Request>> GdsRequests::submit(GdsTransfer transfer,
+                                                                  bool collected_by_wait) {
   auto r = std::make_shared<Request>();
   r->t = std::move(transfer);
   const GdsTransfer& t = r->t;
@@ -231,7 +232,7 @@ Result<std::shared_ptr<GdsRequests::Request>> GdsRequests::submit(GdsTransfer tr
       io::split_into_slices(t.file_offset, t.memory.bytes, threads_, 4096);
   {
     std::lock_guard lock(mu_);
-    uncollected_.push_back(r);
+    if (collected_by_wait) uncollected_.push_back(r);
   }
   if (slices.empty()) {
     std::lock_guard lock(r->mu);

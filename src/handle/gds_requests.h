@@ -50,8 +50,10 @@ class GdsRequests {
   // before a request opens its file, so a refused call changes nothing.
   Status ready(int device);
 
-  // Opens and checks on this thread, then queues; the caller has checked ready().
-  Result<std::shared_ptr<Request>> submit(GdsTransfer transfer);
+  // Opens and checks on this thread, then queues; the caller has checked ready(). Unless
+  // `collected_by_wait`, only wait_for() collects it: wait() neither waits for nor counts it
+  // (a sync call's own request).
+  Result<std::shared_ptr<Request>> submit(GdsTransfer transfer, bool collected_by_wait = true);
   // Blocks until `request` finished; its status.
   static Status wait_for(const std::shared_ptr<Request>& request);
   // Every request submitted and not yet collected: how many, or the first error.
