@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -235,13 +236,52 @@ def materialize(state: Dict[str, Tuple[str, bytes]], root: Path) -> None:
             target.write_bytes(data)
 
 
+def _recorded_env(lib: Path, root: Path, out: Path, **extra: str) -> Dict[str, str]:
+    # After what is already preloaded (an ASan runtime must stay first).
+    preload = " ".join(p for p in (os.environ.get("LD_PRELOAD", ""), str(lib)) if p)
+    return dict(os.environ, LD_PRELOAD=preload, FP_CRASHSIM_ROOT=str(root), FP_CRASHSIM_OUT=str(out),
+                **extra)
+
+
 def record(lib: Path, root: Path, out: Path, argv: List[str], timeout: float = 300) -> Recording:
     """Runs ``python argv...`` with the recorder watching ``root``; returns what it recorded."""
     out.mkdir(parents=True)
-    env = dict(os.environ, LD_PRELOAD=str(lib), FP_CRASHSIM_ROOT=str(root),
-               FP_CRASHSIM_OUT=str(out))
-    proc = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run([sys.executable, *argv], env=_recorded_env(lib, root, out),
+                          capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"recorded program failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return Recording(out)
+
+
+def record_ranks(lib: Path, root: Path, out: Path, argv: List[str], world_size: int,
+                 timeout: float = 300) -> Recording:
+    """Runs ``world_size`` processes of ``python argv...`` at once, all recorded into one
+    sequence of events; each gets ``RANK``, ``WORLD_SIZE`` and ``FP_CRASHSIM_STORE`` (a file for
+    ``torch.distributed``'s file store, outside ``root``). Raises if any fails or the whole run
+    takes longer than ``timeout`` seconds (the others are killed then)."""
+    out.mkdir(parents=True)
+    store = out.parent / f"{out.name}-store"
+    logs = [out.parent / f"{out.name}-rank{r}.log" for r in range(world_size)]
+    procs = []
+    try:
+        for rank in range(world_size):
+            env = _recorded_env(lib, root, out, RANK=str(rank), WORLD_SIZE=str(world_size),
+                                FP_CRASHSIM_STORE=str(store))
+            with open(logs[rank], "w") as log:
+                procs.append(subprocess.Popen([sys.executable, *argv], env=env, stdout=log,
+                                              stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    failed = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        text = "\n".join(f"--- rank {r} (exit {code}):\n{logs[r].read_text()}" for r, code in failed)
+        raise AssertionError(f"recorded ranks failed or timed out ({timeout} s):\n{text}")
     return Recording(out)

@@ -18,7 +18,9 @@ save that skips its fsyncs.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -27,6 +29,7 @@ import pytest
 import torch
 
 import fastpersist
+from fastpersist.checkpoint import tag_for
 import _crashsim
 import _power_loss_child as child
 from _checkpoint_models import assert_state_equal
@@ -95,13 +98,22 @@ def check_writer_file(root: Path, acks: List[Tuple[str, int]]) -> None:
 
 
 def explore(shim: Path, tmp_path: Path, scenario: str, check: Callable[..., None],
-            durable: bool = True, with_drains: bool = False) -> Dict[str, object]:
-    """Records the scenario, then checks every distinct crash state; returns the tally.
+            durable: bool = True, with_drains: bool = False, ranks: int = 0,
+            setup: str = "") -> Dict[str, object]:
+    """Records the scenario (with `ranks`, that many processes of it at once, into one
+    recording), then checks every distinct crash state; returns the tally. The scenario
+    `setup`, if given, runs first, unrecorded: what it leaves is durable before the recording.
     `check(root, acks)`, or with `with_drains` `check(root, acks, drained)`."""
     root = tmp_path / "root"
     root.mkdir()
+    if setup:
+        subprocess.run([sys.executable, CHILD, setup, str(root)], check=True, timeout=300)
+        os.sync()
     args = [CHILD, scenario, str(root)] + ([] if durable else ["not-durable"])
-    rec = _crashsim.record(shim, root, tmp_path / "rec", args)
+    if ranks:
+        rec = _crashsim.record_ranks(shim, root, tmp_path / "rec", args, ranks)
+    else:
+        rec = _crashsim.record(shim, root, tmp_path / "rec", args)
     counts = rec.counts()
     assert counts.get("mark", 0) >= 2, f"the program acknowledged nothing: {counts}"
     tally: Dict[str, object] = {"events": len(rec.events), "states": 0, "failures": [],
@@ -121,7 +133,12 @@ def explore(shim: Path, tmp_path: Path, scenario: str, check: Callable[..., None
                                      f"{rec.events[seq].a}), {variant}: {type(exc).__name__}: {exc}")
         tally["states"] += 1
         shutil.rmtree(where)
-    print(f"\npower loss {scenario} (durable={durable}): {tally['events']} events "
+    processes = len({e.thread for e in rec.events if e.kind == "init"})
+    tally["processes"] = processes
+    tally["synced"] = sorted({e.b for e in rec.events if e.kind == "sync" and e.b})
+    tally["created"] = sorted({e.a for e in rec.events if e.kind == "create"})
+    print(f"\npower loss {scenario} (durable={durable}, {processes} recorded processes): "
+          f"{tally['events']} events "
           f"{counts}, {tally['states']} distinct crash states checked, "
           f"{len(tally['failures'])} failed", file=sys.stderr)
     return tally
@@ -162,17 +179,35 @@ def test_incremental_manager_saves_survive_power_loss_at_every_point(shim, tmp_p
     assert incremental_states, "no crash state held an incremental checkpoint"
 
 
-def test_tier_drains_survive_power_loss_at_every_point(shim, tmp_path):
+def _check_tiered_root(expected: Callable[[int], object]) -> Callable[..., None]:
     def check(root: Path, acks: List[Tuple[str, int]], drained: List[Tuple[str, int]]) -> None:
         # The local root as after any save; the tier holds every drain acknowledged before the
         # cut (its own keep_last aside), and each checkpoint it lists verifies and loads.
-        check_manager_root(root / "local", acks, child.make_state, child.KEEP_LAST)
+        check_manager_root(root / "local", acks, expected, child.KEEP_LAST)
         if (root / "tier").is_dir():
-            check_manager_root(root / "tier", drained, child.make_state, child.KEEP_LAST)
+            check_manager_root(root / "tier", drained, expected, child.KEEP_LAST)
         else:
             assert not drained, "a drain was acknowledged but the tier is gone"
+    return check
 
-    _assert_clean(explore(shim, tmp_path, "manager-tier", check, with_drains=True))
+
+def test_tier_drains_survive_power_loss_at_every_point(shim, tmp_path):
+    _assert_clean(explore(shim, tmp_path, "manager-tier", _check_tiered_root(child.make_state),
+                          with_drains=True))
+
+
+def test_pulls_from_a_tier_survive_power_loss_at_every_point(shim, tmp_path):
+    # A new local root filled back from the tier (`pull`, then `resume()` pulling the newest):
+    # what a pull acknowledged is in the local root, and nothing in the tier is lost.
+    def check(root: Path, acks: List[Tuple[str, int]]) -> None:
+        if (root / "local").is_dir():
+            check_manager_root(root / "local", acks, child.make_state, keep_last=0)
+        else:
+            assert not acks, f"pulls {acks} were acknowledged but the local root is gone"
+        in_tier = [(tag_for(step), step) for step in child.PULLED_STEPS]
+        check_manager_root(root / "tier", in_tier, child.make_state, keep_last=0)
+
+    _assert_clean(explore(shim, tmp_path, "pull", check, setup="pull-setup"))
 
 
 def test_writer_files_survive_power_loss_at_every_point(shim, tmp_path):
@@ -184,6 +219,52 @@ def test_dcp_saves_survive_power_loss_at_every_point(shim, tmp_path):
         check_manager_root(root, acks, child.small_state, keep_last=0)
 
     _assert_clean(explore(shim, tmp_path, "dcp", check))
+
+
+def _check_ranks_root(root: Path, acks: List[Tuple[str, int]], keep_last: int) -> None:
+    check_manager_root(root, acks, child.full_ranks_state, keep_last)
+
+
+def _assert_every_rank_recorded(tally: Dict[str, object], ranks: int, durable: bool = True) -> None:
+    assert tally["processes"] == ranks, f"{tally['processes']} of {ranks} ranks recorded"
+    # Each rank creates (and, durable, syncs) data files of its own, named for its rank.
+    for rank in range(ranks):
+        for what in ("created", "synced") if durable else ("created",):
+            mine = [p for p in tally[what] if f"-r{rank:05d}" in p]
+            assert mine, f"no file of rank {rank} {what} in the recording: {tally[what]}"
+
+
+def test_multi_rank_dcp_saves_survive_power_loss_at_every_point(shim, tmp_path):
+    # Two ranks, each writing its own shards through FastPersistWriter, rank 0 committing: every
+    # rank's files and syncs are in the one recording, so a cut falls between any two of them.
+    tally = explore(shim, tmp_path, "dcp-ranks",
+                    lambda root, acks: _check_ranks_root(root, acks, keep_last=0), ranks=2)
+    _assert_every_rank_recorded(tally, 2)
+    _assert_clean(tally)
+
+
+def test_multi_rank_manager_saves_survive_power_loss_at_every_point(shim, tmp_path):
+    tally = explore(shim, tmp_path, "manager-ranks",
+                    lambda root, acks: _check_ranks_root(root, acks, child.KEEP_LAST), ranks=2)
+    _assert_every_rank_recorded(tally, 2)
+    _assert_clean(tally)
+
+
+def test_multi_rank_tier_drains_survive_power_loss_at_every_point(shim, tmp_path):
+    tally = explore(shim, tmp_path, "manager-ranks-tier", _check_tiered_root(child.full_ranks_state),
+                    with_drains=True, ranks=2)
+    _assert_every_rank_recorded(tally, 2)
+    _assert_clean(tally)
+
+
+def test_the_simulation_catches_multi_rank_saves_that_skip_fsync(shim, tmp_path):
+    tally = explore(shim, tmp_path, "manager-ranks",
+                    lambda root, acks: _check_ranks_root(root, acks, child.KEEP_LAST),
+                    durable=False, ranks=2)
+    _assert_every_rank_recorded(tally, 2, durable=False)
+    assert tally["by_kind"].get("sync", 0) == 0, "durable=False still synced"
+    lost = [f for f in tally["failures"] if "gone" in f or "older than" in f or "nothing is listed" in f]
+    assert lost, "no crash state lost an acknowledged multi-rank save without fsync"
 
 
 def test_the_simulation_catches_saves_that_skip_fsync(shim, tmp_path):

@@ -13,6 +13,14 @@
 // The program under test marks what it has acknowledged with fp_crashsim_mark("..."), called
 // through ctypes; a mark is an event too.
 //
+// Several processes may record into one OUT at once (the ranks of a distributed save, each
+// started with the recorder preloaded): the event counter, the copy counter and the table of
+// copied files live in OUT/shared, mapped into every process, and each event is recorded under
+// an exclusive flock of that file (besides the process's own mutex, since a flock does not
+// exclude the threads of one process). So the events of all processes form one sequence, each
+// with the snapshot of the tree at that point. The first process to record writes event 0,
+// the tree before anything changed; each process writes an `init` event when it starts.
+//
 // The recorder does its own file work with raw system calls and a per-thread guard, so it never
 // records itself. It removes LD_PRELOAD and its variables from the environment at load, so
 // child processes run unrecorded. Identity of a file: inode and birth time (statx), so an inode
@@ -30,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -46,14 +56,20 @@ typedef struct {
   int used;
 } Copied;
 
+// Shared by every process recording into one OUT (mapped from OUT/shared).
+typedef struct {
+  long seq;
+  long copies;
+  Copied copied[MAX_FILES];
+} Shared;
+
 static int g_active;
 static char g_root[PATH_MAX];
 static size_t g_root_len;
 static char g_out[PATH_MAX];
 static int g_events_fd = -1;
-static long g_seq;
-static long g_copies;
-static Copied g_copied[MAX_FILES];
+static int g_shared_fd = -1;
+static Shared* g_shared;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread int t_inside;
 
@@ -94,7 +110,7 @@ static int64_t birth_ns(const struct statx* sx) {
 static Copied* copied_slot(uint64_t ino, int64_t birth) {
   size_t h = (size_t)((ino * 0x9E3779B97F4A7C15ull) ^ (uint64_t)birth) % MAX_FILES;
   for (size_t i = 0; i < MAX_FILES; ++i) {
-    Copied* c = &g_copied[(h + i) % MAX_FILES];
+    Copied* c = &g_shared->copied[(h + i) % MAX_FILES];
     if (!c->used || (c->ino == ino && c->birth_ns == birth)) return c;
   }
   return NULL;
@@ -103,7 +119,7 @@ static Copied* copied_slot(uint64_t ino, int64_t birth) {
 // Copies the file's bytes (or a symlink's target) into OUT/data/<n>; returns n, or -1.
 static long copy_content(const char* path, int is_link) {
   char dst[PATH_MAX];
-  long n = ++g_copies;
+  long n = ++g_shared->copies;
   snprintf(dst, sizeof dst, "%s/data/%ld", g_out, n);
   int out = raw_open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (out < 0) return -1;
@@ -158,7 +174,7 @@ static void snapshot_dir(int out, const char* abs, const char* rel, int depth) {
 }
 
 static void record_locked(const char* kind, const char* a, const char* b) {
-  long seq = g_seq++;
+  long seq = g_shared->seq++;
   // A synced file's bytes are copied again whatever its size and mtime say: another thread's
   // event may have copied it while a write in flight (io_uring, libaio: unseen) had set its
   // final size but not all its bytes, with an mtime that did not change since.
@@ -189,7 +205,10 @@ static void record(const char* kind, const char* a, const char* b) {
   int saved = errno;
   t_inside = 1;
   pthread_mutex_lock(&g_mu);
+  while (flock(g_shared_fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
   record_locked(kind, a, b);
+  flock(g_shared_fd, LOCK_UN);
   pthread_mutex_unlock(&g_mu);
   t_inside = 0;
   errno = saved;
@@ -449,7 +468,7 @@ __attribute__((visibility("default"))) void fp_crashsim_mark(const char* text) {
   record("mark", text, NULL);
 }
 
-// A forked child would record into the same files with its own counter: it runs unrecorded.
+// A forked child would share its parent's flock (one open file description): it runs unrecorded.
 static void stop_in_child(void) {
   g_active = 0;
   pthread_mutex_init(&g_mu, NULL);
@@ -465,9 +484,16 @@ __attribute__((constructor)) static void crashsim_init(void) {
     syscall(SYS_mkdirat, AT_FDCWD, path, 0700);
     snprintf(path, sizeof path, "%s/data", g_out);
     syscall(SYS_mkdirat, AT_FDCWD, path, 0700);
+    snprintf(path, sizeof path, "%s/shared", g_out);
+    g_shared_fd = raw_open(path, O_RDWR | O_CREAT, 0600);
+    // Extending to the same size again keeps what another process already wrote.
+    if (g_shared_fd >= 0 && ftruncate(g_shared_fd, sizeof(Shared)) == 0) {
+      void* m = mmap(NULL, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, g_shared_fd, 0);
+      if (m != MAP_FAILED) g_shared = (Shared*)m;
+    }
     snprintf(path, sizeof path, "%s/events", g_out);
-    g_events_fd = raw_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
-    g_active = g_events_fd >= 0;
+    g_events_fd = raw_open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    g_active = g_events_fd >= 0 && g_shared != NULL;
     record("init", NULL, NULL);
     pthread_atfork(NULL, NULL, stop_in_child);
   }
