@@ -15,7 +15,7 @@
 #   make fuzz      every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each, clang in build-fuzz/
 #   make soak      SOAK_MINUTES of saves under SIGKILL, ENOSPC and fsync EIO, checked (tests/soak/)
 #   make demo      `fastpersist report`, the gpt2-large checkpoint benchmark and round trip on $(BENCH_DIR)
-#   make clean     remove build/, build-asan/, build-tsan/ (keeps .venv)
+#   make clean     remove build/, build-asan/, build-tsan/, build-pyasan/, build-fuzz/ (keeps .venv)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -120,7 +120,7 @@ $(SANITIZERS:%=sanitize-%): sanitize-%: build-%/build.ninja
 	$(CTEST) --preset $* --output-on-failure $(CTEST_ARGS)
 
 # The Python tests against the extension built with ASan+UBSan, libasan preloaded into the
-# interpreter (tests/sanitizers/python_asan.sh); on demand: it does not fit in CI's time.
+# interpreter (tests/sanitizers/python_asan.sh); CI runs it last, when its time allows.
 sanitize-python: python
 	tests/sanitizers/python_asan.sh $(PYTEST_ARGS)
 
@@ -189,7 +189,7 @@ bench: build python $(STAMPS)/deepspeed-ops
 	  --json $(BENCH_DIR)/peers.json
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%) build-fuzz
+	rm -rf $(BUILD_DIR) $(SANITIZERS:%=build-%) build-pyasan build-fuzz
 	rm -f $(STAMPS)/installed
 
 distclean: clean
