@@ -4,12 +4,15 @@
 
 Two ways to run it:
 
-- ``python _checkpoint_crash_child.py run ROOT SEED``: a fresh interpreter opens the manager,
-  builds the first state, prints ``started`` just before its first save, then saves in a loop,
-  printing ``committed TAG`` for every save it knows is committed (flushed at once).
+- ``python _checkpoint_crash_child.py run ROOT SEED [TIER]``: a fresh interpreter opens the
+  manager, builds the first state, prints ``started`` just before its first save, then saves in
+  a loop, printing ``committed TAG`` for every save it knows is committed (flushed at once).
+  With TIER, the manager drains every committed checkpoint into that directory (a tier keeping
+  its newest TIER_KEEP_LAST), and after some saves waits for the drains, printing
+  ``drained TAG`` (every checkpoint committed up to TAG is in the tier).
 - ``python _checkpoint_crash_child.py serve``: a fork server. Importing torch costs seconds on a
   small machine, so the test starts this once; it imports torch and fastpersist (and runs no
-  tensor op, so no thread pool exists yet) and then, for each ``fork ROOT SEED`` line on stdin,
+  tensor op, so no thread pool exists yet) and then, for each ``fork ROOT SEED [TIER]`` line on stdin,
   forks a child that runs the same loop as ``run``. Every line on stdout is ``<pid> <text>``:
   the server's own lines carry its pid (``forked CHILD_PID``, ``reaped CHILD_PID STATUS``), a
   child's lines carry the child's pid. Each line is one write() below PIPE_BUF, so lines of the
@@ -35,6 +38,7 @@ import fastpersist
 import fastpersist.checkpoint  # noqa: F401 - the lazy import happens before any fork
 
 KEEP_LAST = 3
+TIER_KEEP_LAST = 4
 
 # A small MLP's state_dict layout (what nn.Sequential(Linear(256, 512), ReLU(), Linear(512,
 # 256), LayerNorm(256)).state_dict() holds), ~1 MB of float32; the optimizer state doubles it.
@@ -99,7 +103,7 @@ def metadata(step: int) -> Dict[str, Any]:
     return {"step": step, "writer_pid": os.getpid()}
 
 
-def run(root: str, seed: int, emit) -> None:
+def run(root: str, seed: int, emit, tier: str = "") -> None:
     """Opens the root, builds the first state, says ``started``, then saves until killed."""
     rng = random.Random(seed)
     # A third of the children write compressed checkpoints: kills land in their pipeline too,
@@ -111,8 +115,10 @@ def run(root: str, seed: int, emit) -> None:
     # One in six also takes XOR deltas of the changed floats against the base (seed 4 mod 6,
     # with zstd): their encoding is chosen chunk by chunk while a kill may land.
     xor_deltas = seed % 6 == 4
+    tiers = [fastpersist.Tier(tier, keep_last=TIER_KEEP_LAST)] if tier else None
     mgr = fastpersist.CheckpointManager(root, keep_last=KEEP_LAST, compression=compression,
-                                        incremental=incremental, full_every=4, xor_deltas=xor_deltas)
+                                        incremental=incremental, full_every=4, xor_deltas=xor_deltas,
+                                        tiers=tiers)
     steps = [c.step for c in mgr.checkpoints() if c.step is not None]
     # Continue after the newest step on disk, plus a gap: a step that was in flight when the
     # previous child died is never reused (its tag may be on disk only after a commit).
@@ -120,9 +126,13 @@ def run(root: str, seed: int, emit) -> None:
     pending: List[Any] = []
     started = False
 
+    newest = ""
+
     def collect(block: bool) -> None:
+        nonlocal newest
         while pending and (block or pending[0].done()):
-            emit(f"committed {pending.pop(0).wait()}")
+            newest = pending.pop(0).wait()
+            emit(f"committed {newest}")
 
     while True:
         step += 1
@@ -134,14 +144,18 @@ def run(root: str, seed: int, emit) -> None:
             started = True
         if mode == "save":
             collect(block=True)
-            tag = mgr.save(step, state, metadata=metadata(step))
-            emit(f"committed {tag}")
+            newest = mgr.save(step, state, metadata=metadata(step))
+            emit(f"committed {newest}")
         else:
             pending.append(mgr.save_async(step, state, metadata=metadata(step)))
             if mode == "async_wait":
                 collect(block=True)
             else:
                 collect(block=False)
+        if tier and rng.random() < 0.25:
+            collect(block=True)
+            mgr.wait(timeout=120)  # the saves, then their drains; raises a drain's failure
+            emit(f"drained {newest}")
 
 
 def _stdout_emitter(prefix: str):
@@ -150,10 +164,10 @@ def _stdout_emitter(prefix: str):
     return emit
 
 
-def _child_main(root: str, seed: int, prefix: str) -> None:
+def _child_main(root: str, seed: int, prefix: str, tier: str = "") -> None:
     emit = _stdout_emitter(prefix)
     try:
-        run(root, seed, emit)
+        run(root, seed, emit, tier)
     except BaseException as e:  # noqa: BLE001 - the parent reads this line and stderr
         traceback.print_exc()
         sys.stderr.flush()
@@ -171,6 +185,7 @@ def serve() -> None:
             continue
         if words[0] == "fork":
             root, seed = words[1], int(words[2])
+            tier = words[3] if len(words) > 3 else ""
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -178,7 +193,7 @@ def serve() -> None:
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)
                 os.close(devnull)
-                _child_main(root, seed, f"{os.getpid()} ")
+                _child_main(root, seed, f"{os.getpid()} ", tier)
                 os._exit(4)  # run() never returns
             emit(f"forked {pid}")
         elif words[0] == "reap":
@@ -195,6 +210,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve()
     elif sys.argv[1] == "run":
-        _child_main(sys.argv[2], int(sys.argv[3]), "")
+        _child_main(sys.argv[2], int(sys.argv[3]), "", sys.argv[4] if len(sys.argv) > 4 else "")
     else:
-        raise SystemExit(f"usage: {sys.argv[0]} serve | run ROOT SEED")
+        raise SystemExit(f"usage: {sys.argv[0]} serve | run ROOT SEED [TIER]")

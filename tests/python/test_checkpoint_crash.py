@@ -120,8 +120,8 @@ class ForkServer:
         self.proc.stdin.write(command.encode() + b"\n")
         self.proc.stdin.flush()
 
-    def fork(self, root: Path, seed: int) -> int:
-        self._send(f"fork {root} {seed}")
+    def fork(self, root: Path, seed: int, tier: Optional[Path] = None) -> int:
+        self._send(f"fork {root} {seed}" + (f" {tier}" if tier else ""))
         pid = int(self._expect("forked", time.monotonic() + 30).split()[1])
         self.live.add(pid)
         self.lines.setdefault(pid, [])

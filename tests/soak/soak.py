@@ -8,12 +8,17 @@ loop-mounted ext4 filesystem, and is disturbed the way real jobs are:
 - the filesystem is squeezed, now and then, to less free space than one checkpoint (ENOSPC);
 - a fraction of its fsync/fdatasync calls fail with EIO (tests/soak/fp_faults.c, preloaded);
 - meanwhile another process runs `fastpersist verify ROOT` over and over, and between jobs
-  `fastpersist prune` runs on the root.
+  `fastpersist prune` runs on the root;
+- half of the jobs also drain every checkpoint into a tier (a second root on the same
+  filesystem, so squeezes and fsync faults reach the drains too) and now and then wait for the
+  drains (``drained TAG``); `fastpersist verify TIER` runs over and over as well, and between
+  jobs `fastpersist drain ROOT TIER` runs now and then.
 
 After every job ends (killed or failed), the root is checked as a restarted job sees it
 (tests/python/test_checkpoint_crash.py, check_root_after_kill): the manager opens it, every listed
 checkpoint verifies and loads bit-identical to what its step saved, `latest` follows the rules,
-no reported commit is lost. Any violation, any DAMAGED from the concurrent verifier, or a job that
+no reported commit is lost; the tier's checkpoints verify and load bit-identical, and no
+acknowledged drain is lost (beyond the tier's own retention). Any violation, any DAMAGED from the concurrent verifier, or a job that
 fails for a reason that was not injected, stops the soak with status 1.
 
 The totals (operations, faults injected, crashes survived, bytes verified) are printed as a
@@ -40,7 +45,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
 import _checkpoint_crash_child as child  # noqa: E402
+import fastpersist  # noqa: E402
 import test_checkpoint_crash as crash  # noqa: E402
+from _checkpoint_models import assert_state_equal  # noqa: E402
 
 
 def build_faults(out: Path) -> Path:
@@ -148,11 +155,17 @@ def main() -> int:
     server = crash.ForkServer(base / "server.stderr")
     for name in ("LD_PRELOAD", "FP_FAULT_ROOT", "FP_FAULT_FSYNC_PERMILLE"):
         del os.environ[name]  # only the jobs (children of the fork server) get the faults
+    tier = fs.mnt / "tier"
     verifier = Verifier(args.cli, root)
     verifier.start()
+    tier_verifier = Verifier(args.cli, tier)
+    tier_verifier.start()
     t: Dict[str, int] = {"jobs": 0, "killed": 0, "failed_enospc": 0, "failed_eio": 0,
                          "commits_reported": 0, "squeezed": 0, "prunes": 0, "checks": 0,
-                         "checkpoints_loaded": 0, "bytes_loaded": 0}
+                         "checkpoints_loaded": 0, "bytes_loaded": 0, "tier_jobs": 0,
+                         "drains_acknowledged": 0, "failed_drain_eio_enospc": 0, "cli_drains": 0,
+                         "tier_checkpoints_loaded": 0}
+    drained: List[str] = []  # every checkpoint the tier was said to hold (drained TAG, drain CLI)
     history = crash.History()
     end = time.monotonic() + args.minutes * 60
     started_at = time.monotonic()
@@ -164,8 +177,10 @@ def main() -> int:
             t["squeezed"] += squeeze
             first_step = crash._next_first_step(history)
             context = f"seed {args.seed}, job {t['jobs']}"
-            pid = server.fork(root, rng.randrange(1 << 30))
+            with_tier = rng.random() < 0.5
+            pid = server.fork(root, rng.randrange(1 << 30), tier if with_tier else None)
             t["jobs"] += 1
+            t["tier_jobs"] += with_tier
             lines: List[str] = []
             first = server.child_line(pid, time.monotonic() + 120)
             if first is not None and first != "started":
@@ -188,9 +203,14 @@ def main() -> int:
             status, rest = server.reap(pid)
             lines += rest
             committed = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("committed ")]
+            acknowledged = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("drained ")]
+            t["drains_acknowledged"] += len(acknowledged)
+            drained += acknowledged
             failed = [ln for ln in lines if ln.startswith("failed")]
             for ln in failed:
-                if "No space left" in ln or "ENOSPC" in ln or "Errno 28" in ln:
+                if "drain" in ln and _injected(ln):
+                    t["failed_drain_eio_enospc"] += 1
+                elif "No space left" in ln or "ENOSPC" in ln or "Errno 28" in ln:
                     t["failed_enospc"] += 1
                 elif "Input/output error" in ln or "EIO" in ln or "Errno 5" in ln:
                     t["failed_eio"] += 1
@@ -220,11 +240,27 @@ def main() -> int:
                 if r.returncode != 0:
                     failure = f"{context}: prune failed ({r.returncode}): {r.stderr}"
                 t["prunes"] += 1
-            if verifier.problems:
-                failure = f"{context}: {verifier.problems[0]}"
+            if failure is None and rng.random() < 0.1:
+                r = subprocess.run([args.cli, "drain", str(root), str(tier), "--keep-last",
+                                    str(child.TIER_KEEP_LAST)], capture_output=True, text=True, timeout=300)
+                if r.returncode != 0:
+                    failure = f"{context}: drain failed ({r.returncode}): {r.stderr}"
+                with fastpersist.CheckpointManager(root) as mgr:
+                    drained += mgr.list()  # every local checkpoint is in the tier now
+                t["cli_drains"] += 1
+            if failure is None:
+                try:
+                    t["tier_checkpoints_loaded"] += check_tier(tier, drained, context)
+                except AssertionError as exc:
+                    failure = f"{context}: tier: {exc}"
+            for v in (verifier, tier_verifier):
+                if v.problems and failure is None:
+                    failure = f"{context}: {v.problems[0]}"
     finally:
-        verifier.stop.set()
-        verifier.join(timeout=600)
+        for v in (verifier, tier_verifier):
+            v.stop.set()
+        for v in (verifier, tier_verifier):
+            v.join(timeout=600)
         server.close()
         squeezer.set_free(None)
         fs.close()
@@ -233,6 +269,10 @@ def main() -> int:
     report = {"seed": args.seed, "minutes": round(minutes, 1), **t,
               "verify_runs": verifier.runs, "verify_checkpoints_intact": verifier.checked,
               "verify_bytes": verifier.bytes, "verify_gone_while_checked": verifier.gone,
+              "tier_verify_runs": tier_verifier.runs,
+              "tier_verify_checkpoints_intact": tier_verifier.checked,
+              "tier_verify_bytes": tier_verifier.bytes,
+              "tier_verify_gone_while_checked": tier_verifier.gone,
               "debris_left_by_kills": history.debris_seen,
               "unreported_commits_found": history.unreported_commits,
               "lost": 0 if failure is None else None, "failure": failure}
@@ -243,6 +283,38 @@ def main() -> int:
     if args.report:
         args.report.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if failure is None else 1
+
+
+def _injected(line: str) -> bool:
+    """The failure is one the soak injects: ENOSPC or EIO."""
+    return any(m in line for m in ("No space left", "ENOSPC", "Errno 28", "Input/output error", "EIO",
+                                   "Errno 5"))
+
+
+def check_tier(tier: Path, drained: List[str], context: str) -> int:
+    """The tier as a restarted job (or a reader of the tier) sees it: it opens; every checkpoint
+    it lists verifies and loads bit-identical to what its step saved; every checkpoint said to be
+    drained is there unless the tier's retention had TIER_KEEP_LAST newer ones. Returns how
+    many checkpoints were loaded."""
+    if not tier.exists():
+        assert not drained, f"{context}: drains of {drained[-3:]} were acknowledged, the tier is gone"
+        return 0
+    with fastpersist.CheckpointManager(tier) as mgr:
+        infos = mgr.checkpoints()
+        tags = [c.tag for c in infos]
+        for info in infos:
+            problems = mgr.verify(info.tag)
+            assert problems == [], f"{context}: {info.tag} does not verify in the tier: {problems}"
+            assert_state_equal(mgr.load(info.tag), child.expected_state(info.step),
+                               f"{context}: tier {info.tag}")
+    steps = [c.step for c in infos]
+    for tag in set(drained):
+        step = crash._step_of(tag)
+        newer = [s for s in steps if s > step]
+        if len(newer) < child.TIER_KEEP_LAST:
+            assert tag in tags, (f"{context}: {tag} was drained and only {len(newer)} newer "
+                                 f"checkpoints are in the tier, but it is gone: {tags}")
+    return len(infos)
 
 
 _STATE_BYTES: Optional[int] = None
