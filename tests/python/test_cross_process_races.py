@@ -2,10 +2,11 @@
 """Saves racing with readers in another process (issue 15, "Concurrency and load"): a child
 process saves a stream of checkpoints with retention (keep_last 2: each save removes an older
 one), incremental with XOR deltas on one run, while this process lists the root, verifies it
-with the CLI and loads whatever it lists. Every result must be right: a listed checkpoint loads
+with the CLI, prunes it with the CLI and loads whatever it lists. Every result must be right: a listed checkpoint loads
 bit-identical to the state of its step, or is gone (removed since it was listed), never
-damaged, never garbage; `verify ROOT` never calls a checkpoint being removed DAMAGED; nothing
-crashes."""
+damaged, never garbage; `verify ROOT` never calls a checkpoint being removed DAMAGED; `prune`
+refuses cleanly while the saving manager holds the root (removing nothing, the saves going on);
+nothing crashes."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_saves_race_with_list_verify_and_load_from_another_process(tmp_path: Pat
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(SAVES), "1" if incremental else "0", here],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    loaded, gone, verified = 0, 0, 0
+    loaded, gone, verified, pruned = 0, 0, 0, 0
     try:
         while child.poll() is None:
             listed = _listed(root)
@@ -92,6 +93,20 @@ def test_saves_race_with_list_verify_and_load_from_another_process(tmp_path: Pat
                 assert "DAMAGED" not in r.stdout, r.stdout
                 assert "Traceback" not in r.stderr and r.returncode in (0, 1), r.stdout + r.stderr
                 verified += 1
+            if cli is not None and listed and pruned < 3:
+                before = _listed(root)
+                r = subprocess.run([cli, "prune", str(root), "--keep-last", "1"], capture_output=True,
+                                   text=True)
+                if child.poll() is None or r.returncode != 0:
+                    # The saving manager holds the root: one clean line, and nothing removed
+                    # beyond the saver's own retention (it keeps the newest two it committed).
+                    assert r.returncode == 1, r.stdout + r.stderr
+                    assert "in use by another CheckpointManager" in r.stderr, r.stderr
+                    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+                    after = _listed(root)
+                    newest_two = sorted(set(before) | set(after), key=lambda c: c[1])[-2:]
+                    assert all(c in after for c in newest_two), (before, after)
+                    pruned += 1
             time.sleep(0.01)
         out, err = child.communicate(timeout=60)
     finally:
@@ -101,6 +116,8 @@ def test_saves_race_with_list_verify_and_load_from_another_process(tmp_path: Pat
     assert child.returncode == 0, err
     assert out.split() == [str(s) for s in range(1, SAVES + 1)]
     assert loaded > 0, "no load overlapped the saves"
+    if cli is not None:
+        assert pruned > 0, "no prune overlapped the saves"
     # What is left: the newest two (and, incremental, the base they reference), all intact.
     final = _listed(root)
     assert [s for _, s in final][-2:] == [SAVES - 1, SAVES]
