@@ -52,7 +52,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
          -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: all deps venv build python test test-cpp test-python example demo bench clean distclean \
-  sanitize $(SANITIZERS:%=sanitize-%) sanitize-python fuzz soak
+  sanitize $(SANITIZERS:%=sanitize-%) sanitize-python fuzz fuzz-deps soak
 
 all: test
 
@@ -130,14 +130,18 @@ sanitize-python: python
 # committed corpus with the normal build instead (ctest -L fuzz).
 FUZZ_SECONDS ?= 60
 
-build-fuzz/build.ninja: | deps
-	@$(MAKE) --no-print-directory deps APT_PACKAGES=clang
+# clang and its runtime libraries (libFuzzer, ASan): checked on every `make fuzz` (dpkg answers
+# in milliseconds), so a build directory configured before they were complete still links.
+fuzz-deps: | deps
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="clang libclang-rt-dev"
+
+build-fuzz/build.ninja: | fuzz-deps
 	CC=clang CXX=clang++ $(CMAKE) -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
 	  -DFASTPERSIST_FUZZ=ON -DFASTPERSIST_SANITIZE=address,undefined \
 	  -DFASTPERSIST_BUILD_TESTS=OFF -DFASTPERSIST_BUILD_TOOLS=OFF -DFASTPERSIST_INSTALL=OFF
 
-fuzz: build-fuzz/build.ninja
+fuzz: fuzz-deps build-fuzz/build.ninja
 	$(CMAKE) --build build-fuzz -j $(JOBS)
 	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
