@@ -16,6 +16,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/incremental.h"
@@ -261,19 +263,41 @@ struct CheckpointManager::Impl : CommitHost {
       std::vector<std::string> found = checkpoint::demote_damaged(&scan, *keep_last, root, *engine);
       if (damaged_found != nullptr) *damaged_found = std::move(found);
     }
+    // The policy lists a checkpoint after every one that references it. One that stays anyway
+    // (just committed, busy: being saved, drained or waiting for a tier, or failing to go)
+    // keeps the checkpoints it references: removing its base would damage it.
+    std::unordered_map<std::string, const std::vector<std::string>*> references;
+    for (const CheckpointInfo& c : scan.committed) references.emplace(c.tag, &c.references);
+    for (const checkpoint::DamagedCheckpoint& d : scan.damaged) references.emplace(d.tag, &d.references);
+    std::unordered_set<std::string> referenced_by_staying;
+    auto stays = [&](const std::string& tag) {
+      auto it = references.find(tag);
+      if (it != references.end()) referenced_by_staying.insert(it->second->begin(), it->second->end());
+    };
     std::vector<std::string> removed;
     Status first_error;
     size_t failed = 0;
     for (const std::string& tag : checkpoint::select_all_for_removal(scan, keep_last, keep_every)) {
-      if (tag == keep_tag) continue;
+      if (referenced_by_staying.count(tag) != 0) {
+        stays(tag);
+        continue;
+      }
+      if (tag == keep_tag) {
+        stays(tag);
+        continue;
+      }
       {
         std::lock_guard l(mu);
-        if (!busy_reason_locked(tag).empty()) continue;
+        if (!busy_reason_locked(tag).empty()) {
+          stays(tag);
+          continue;
+        }
       }
-      // One checkpoint that cannot be removed does not keep the others.
+      // One checkpoint that cannot be removed does not keep the others (only its bases).
       if (Status st = remove_now(tag); !st.is_ok()) {
         if (first_error.is_ok()) first_error = std::move(st);
         ++failed;
+        stays(tag);
         continue;
       }
       removed.push_back(tag);

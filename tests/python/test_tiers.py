@@ -102,6 +102,54 @@ def test_a_failing_tier_warns_never_fails_a_save_and_recovers(tmp_path: Path) ->
         mgr.close()
 
 
+def test_retention_keeps_the_base_of_incremental_checkpoints_waiting_for_a_tier(tmp_path: Path) -> None:
+    # Found by the soak: retention (keep_last=1) removes the checkpoints older than the newest,
+    # users before their base; the users still waiting for the tier stay (pinned), and their
+    # base, already drained and not pinned itself, must stay with them: removing it damaged
+    # both, locally and for the drain that was to copy them.
+    # The tier is reached through a symbolic link, switched atomically (os.replace) between the
+    # real directory and a file, so a retrying drain never sees the path missing.
+    real, blocker, tier = tmp_path / "tier-real", tmp_path / "not-a-directory", tmp_path / "tier"
+    real.mkdir()
+    blocker.write_text("the tier is unreachable for a while")
+
+    def point_tier_to(target: Path) -> None:
+        link = tmp_path / "tier.new"
+        link.symlink_to(target)
+        os.replace(link, tier)
+
+    point_tier_to(real)
+    frozen = torch.randn(1 << 16, generator=torch.Generator().manual_seed(3))
+
+    def state(step: int) -> Dict[str, Any]:
+        return {"frozen": frozen, "w": torch.full((4096,), float(step))}
+
+    mgr = fastpersist.CheckpointManager(tmp_path / "local", keep_last=1, durable=False, incremental=True,
+                                        full_every=3, tiers=[fastpersist.Tier(tier)])
+    try:
+        mgr.save(1, state(1))
+        mgr.wait()  # the base is in the tier: no longer pinned
+        point_tier_to(blocker)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fastpersist.TierWarning)
+            for step in (2, 3, 4):  # 2 and 3 reference step 1; 4 is a full one
+                mgr.save(step, state(step))
+        listed = {c.tag: c.references for c in mgr.checkpoints()}
+        assert listed == {"step-00000001": (), "step-00000002": ("step-00000001",),
+                          "step-00000003": ("step-00000001",), "step-00000004": ()}, listed
+        assert mgr.verify() == []
+        for step in (2, 3):
+            assert_same(mgr.load(step), state(step))
+        point_tier_to(real)
+        mgr.wait()  # 2, 3 and 4 drained: retention catches up, base last
+        assert mgr.list() == ["step-00000004"]
+        with fastpersist.CheckpointManager(real) as in_tier:
+            assert in_tier.verify() == []
+            assert_same(in_tier.load(3), state(3))
+    finally:
+        mgr.close()
+
+
 def test_resume_restores_from_the_tier_when_local_storage_is_lost(tmp_path: Path, tier_dir: Path) -> None:
     local = tmp_path / "local"
     tiers = [fastpersist.Tier(tier_dir)]

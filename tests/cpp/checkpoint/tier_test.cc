@@ -230,6 +230,54 @@ TEST_F(TierTest, AnIncrementalCheckpointTravelsAfterItsBaseAndLoadsFromTheTier) 
   FP_ASSERT_OK(m->close());
 }
 
+// Found by the soak: retention (keep_last 1) removes users before their base; users still
+// waiting for the tier stay (pinned), and so must their base, though it was drained and is not
+// pinned itself: removing it damaged them, locally and for the drain that was to copy them.
+TEST_F(TierTest, RetentionKeepsTheBaseOfIncrementalCheckpointsThatWaitForATier) {
+  // The tier is reached through a symbolic link, switched atomically between the real directory
+  // and a file: a retrying drain never finds the path missing (and never creates it).
+  const std::string real = dir_.file("tier-real"), blocker = dir_.file("blocker"),
+                    link = dir_.file("tier-link");
+  ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
+  write_text(blocker, "in the way");
+  auto point_tier_to = [&](const std::string& target) {
+    const std::string next = link + ".next";
+    ASSERT_EQ(::symlink(target.c_str(), next.c_str()), 0) << std::strerror(errno);
+    ASSERT_EQ(::rename(next.c_str(), link.c_str()), 0) << std::strerror(errno);
+  };
+  point_tier_to(real);
+  CheckpointOptions o = options({at(link)});
+  o.incremental = true;
+  o.full_every = 3;
+  o.keep_last = 1;
+  auto m = open(o);
+  ASSERT_NE(m, nullptr);
+  std::vector<TestState> states;
+  TestState s = stepped_state(1);
+  for (int64_t step = 1; step <= 4; ++step) {
+    s.tensors[0].bytes = random_bytes(s.tensors[0].bytes.size(), 500 + static_cast<uint64_t>(step));
+    s.step = step;
+    states.push_back(s);
+  }
+  save(*m, "s1", states[0]);
+  FP_ASSERT_OK(m->wait_drains());  // s1 is in the tier: no longer pinned
+  point_tier_to(blocker);
+  for (size_t i = 1; i < 4; ++i) save(*m, "s" + std::to_string(i + 1), states[i]);  // s2, s3 on s1; s4 full
+  FP_ASSERT_OK_AND_ASSIGN(auto infos, list_checkpoints(local()));
+  std::string listed;
+  for (const CheckpointInfo& c : infos) listed += c.tag + "(" + csv(c.references) + ") ";
+  EXPECT_EQ(listed, "s1() s2(s1) s3(s1) s4() ");
+  expect_verifies(local() + "/s2");
+  expect_checkpoint_matches(local() + "/s3", states[2]);
+  // The tier comes back: s2, s3 and s4 drain, then local retention removes s2 and s3, then s1.
+  point_tier_to(real);
+  FP_ASSERT_OK(m->wait_drains());
+  EXPECT_EQ(csv(listed_tags(local())), "s4");
+  EXPECT_EQ(csv(listed_tags(real)), "s1, s2, s3, s4");
+  expect_checkpoint_matches(real + "/s3", states[2]);
+  FP_ASSERT_OK(m->close());
+}
+
 TEST_F(TierTest, CloseWithATimeoutStopsASlowDrainAndTheNextManagerFinishesIt) {
   TierOptions slow = tier();
   slow.bandwidth_bytes_per_second = 64 * kKiB;  // ~1 MiB state: about 16 s
