@@ -120,14 +120,15 @@ class Verifier(threading.Thread):
                 doc = json.loads(r.stdout)
             except json.JSONDecodeError:
                 if "no checkpoints to verify" not in r.stdout + r.stderr:
-                    self.problems.append(f"verify printed no JSON (status {r.returncode}): {r.stderr[-500:]}")
+                    self.problems.append(f"verify {self.root} printed no JSON (status {r.returncode}): "
+                                         f"{r.stderr[-500:]}")
                 continue
             for c in doc.get("checkpoints", []):
                 if c["ok"]:
                     self.checked += 1
                     self.bytes += c.get("bytes_checked", 0)
                 else:
-                    self.problems.append(f"verify: {c['tag']} DAMAGED: {c['problems']}")
+                    self.problems.append(f"verify {self.root}: {c['tag']} DAMAGED: {c['problems']}")
             self.gone += len(doc.get("removed_while_checked", []))
             time.sleep(0.05)
 
