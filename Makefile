@@ -148,10 +148,11 @@ fuzz: fuzz-deps build-fuzz/build.ninja
 # ---------------------------------------------------------------------------- soak
 # On demand (root: it loop-mounts an ext4 image); prints its totals and writes soak-report.json.
 SOAK_MINUTES ?= 60
+SOAK_ARGS ?=
 
 soak: python build
 	FASTPERSIST_CLI=$(CURDIR)/$(CLI) $(VENV_PY) tests/soak/soak.py --minutes $(SOAK_MINUTES) \
-	  --cli $(CURDIR)/$(CLI) --report soak-report.json
+	  --cli $(CURDIR)/$(CLI) --report soak-report.json $(SOAK_ARGS)
 
 # ---------------------------------------------------------------------------- test / demo
 test: test-cpp test-python

@@ -74,6 +74,12 @@ struct CheckpointOptions : DataFileOptions {
   unsigned max_in_flight = 1;           // saves queued or running; one more waits
   std::optional<unsigned> keep_last;    // retention: the newest N committed checkpoints ...
   std::optional<int64_t> keep_every;    // ... plus those whose step is a multiple of K
+  // Retention counts "newest" by creation time (each manifest's created_unix, which a copy
+  // keeps from its original) instead of by commit order in this root. A tier's manager sets it:
+  // copies can arrive out of order there (a base sent again for a newer checkpoint that
+  // references it), and one that arrived last is not the newest. Off for a root saved into
+  // directly, where commit order is the order that a clock that jumps cannot disturb.
+  bool retention_by_creation = false;
   // Incremental checkpoints (docs/incremental.md): every save hashes each host tensor
   // (XXH3-128, recorded in the manifest); a save then stores each tensor whose hash, name,
   // dtype and shape equal the base's as a reference to the base's bytes and writes only the

@@ -259,6 +259,10 @@ struct CheckpointManager::Impl : CommitHost {
     // remove() would otherwise race to remove the same checkpoint.
     std::lock_guard retention_lock(retention_mu);
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
+    if (options.retention_by_creation) {
+      std::stable_sort(scan.committed.begin(), scan.committed.end(),
+                       [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.created_unix < b.created_unix; });
+    }
     if (verify && keep_last) {
       std::vector<std::string> found = checkpoint::demote_damaged(&scan, *keep_last, root, *engine);
       if (damaged_found != nullptr) *damaged_found = std::move(found);

@@ -73,6 +73,7 @@ Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier, co
   o.lock_staging_memory = false;
   o.keep_last = tier.keep_last;
   o.keep_every = tier.keep_every;
+  o.retention_by_creation = true;  // a base sent again arrives after newer checkpoints
   auto opened = CheckpointManager::open(tier.path, o);
   if (!opened.is_ok()) return in_tier(tier, opened.status());
   return opened;

@@ -9,7 +9,7 @@ loop-mounted ext4 filesystem, and is disturbed the way real jobs are:
 - a fraction of its fsync/fdatasync calls fail with EIO (tests/soak/fp_faults.c, preloaded);
 - meanwhile another process runs `fastpersist verify ROOT` over and over, and between jobs
   `fastpersist prune` runs on the root;
-- half of the jobs also drain every checkpoint into a tier (a second root on the same
+- half of the jobs (--tier-fraction) also drain every checkpoint into a tier (a second root on the same
   filesystem, so squeezes and fsync faults reach the drains too) and now and then wait for the
   drains (``drained TAG``); `fastpersist verify TIER` runs over and over as well, and between
   jobs `fastpersist drain ROOT TIER` runs now and then.
@@ -140,6 +140,8 @@ def main() -> int:
     ap.add_argument("--image-size", default="192M")
     ap.add_argument("--fsync-fault-permille", type=int, default=3)
     ap.add_argument("--max-kill-delay", type=float, default=3.0)
+    ap.add_argument("--tier-fraction", type=float, default=0.5,
+                    help="the fraction of jobs that also drain into the tier (0: no tier)")
     ap.add_argument("--cli", default=os.environ.get("FASTPERSIST_CLI", "build/tools/fastpersist"))
     ap.add_argument("--report", type=Path, default=None)
     args = ap.parse_args()
@@ -178,7 +180,7 @@ def main() -> int:
             t["squeezed"] += squeeze
             first_step = crash._next_first_step(history)
             context = f"seed {args.seed}, job {t['jobs']}"
-            with_tier = rng.random() < 0.5
+            with_tier = rng.random() < args.tier_fraction
             pid = server.fork(root, rng.randrange(1 << 30), tier if with_tier else None)
             t["jobs"] += 1
             t["tier_jobs"] += with_tier
@@ -241,7 +243,7 @@ def main() -> int:
                 if r.returncode != 0:
                     failure = f"{context}: prune failed ({r.returncode}): {r.stderr}"
                 t["prunes"] += 1
-            if failure is None and rng.random() < 0.1:
+            if failure is None and args.tier_fraction > 0 and rng.random() < 0.1:
                 r = subprocess.run([args.cli, "drain", str(root), str(tier), "--keep-last",
                                     str(child.TIER_KEEP_LAST)], capture_output=True, text=True, timeout=300)
                 if r.returncode != 0:

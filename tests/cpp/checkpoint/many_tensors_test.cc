@@ -30,7 +30,7 @@ struct ScanSeconds {
   double verify = 0;
 };
 
-// Saves `n` one-element tensors into one data file, then times (best of two) listing the root
+// Saves `n` one-element tensors into one data file, then times (best of three) listing the root
 // and verifying the checkpoint.
 ScanSeconds time_scans(size_t n) {
   TestState state;
@@ -49,7 +49,7 @@ ScanSeconds time_scans(size_t n) {
   EXPECT_TRUE((*mgr)->close().is_ok());
   auto engine = make_engine();
   ScanSeconds best{1e9, 1e9};
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 3; ++round) {
     auto start = std::chrono::steady_clock::now();
     auto listed = list_checkpoints(root.path());
     best.list = std::min(best.list, seconds_since(start));
@@ -63,14 +63,15 @@ ScanSeconds time_scans(size_t n) {
 }
 
 // Linear, not quadratic, in the tensors of one file: four times the tensors take about four
-// times as long (sixteen if quadratic). A ratio of two runs of the same machine, so that a slow
-// machine or a sanitizer build does not fail it; 20 ms of slack for timer and cache noise.
+// times as long (sixteen if quadratic); the bound, 10x, lies between. A ratio of two runs of the
+// same machine, so that a slow machine or a sanitizer build does not fail it; 20 ms of slack
+// for timer and cache noise. (8x was exceeded once, 8.7x, with a soak loading both cores.)
 TEST(ManyTensorsTest, VerifyAndListingOfThirtyThousandTensorsInOneFileAreLinear) {
   const ScanSeconds small = time_scans(7500);
   const ScanSeconds large = time_scans(30000);
-  EXPECT_LT(large.list, 8 * small.list + 0.02)
+  EXPECT_LT(large.list, 10 * small.list + 0.02)
       << "listing (manifest decoding) is not linear: " << small.list << " s for 7500, " << large.list << " s for 30000";
-  EXPECT_LT(large.verify, 8 * small.verify + 0.02)
+  EXPECT_LT(large.verify, 10 * small.verify + 0.02)
       << "verify is not linear in the tensors of one file: " << small.verify << " s for 7500, " << large.verify
       << " s for 30000";
 }

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -19,6 +20,7 @@
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint/tier_copy.h"
 #include "checkpoint/tier_drain.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
@@ -276,6 +278,35 @@ TEST_F(TierTest, RetentionKeepsTheBaseOfIncrementalCheckpointsThatWaitForATier) 
   EXPECT_EQ(csv(listed_tags(real)), "s1, s2, s3, s4");
   expect_checkpoint_matches(real + "/s3", states[2]);
   FP_ASSERT_OK(m->close());
+}
+
+// Found by the soak: a drain sends a base again when a newer checkpoint references it and the
+// tier's retention had removed it. That copy arrives last but is old: the tier's retention
+// counts it by its age, so it never pushes out a newer checkpoint (by commit order in the tier
+// it was the newest, and keep_last removed a newer one in its place).
+TEST_F(TierTest, ATiersRetentionCountsACopyThatArrivesLateByItsAge) {
+  {
+    auto m = open(small_options());
+    ASSERT_NE(m, nullptr);
+    for (int64_t step = 1; step <= 4; ++step) save(*m, "s" + std::to_string(step), stepped_state(step));
+    FP_ASSERT_OK(m->close());
+  }
+  TierOptions t = tier();
+  t.keep_last = 2;
+  FP_ASSERT_OK_AND_ASSIGN(auto destination, checkpoint::open_tier(t, small_options()));
+  auto engine = make_engine();
+  for (const char* tag : {"s2", "s3", "s1"}) {
+    FP_ASSERT_OK(checkpoint::copy_checkpoint(local(), tag, *engine, *destination).status());
+  }
+  // s1 arrived last: kept for now (what was just committed always is), but it is the oldest.
+  EXPECT_EQ(csv(listed_tags(tier_path())), "s2, s3, s1");
+  FP_ASSERT_OK(checkpoint::copy_checkpoint(local(), "s4", *engine, *destination).status());
+  FP_ASSERT_OK_AND_ASSIGN(auto infos, list_checkpoints(tier_path()));
+  std::vector<std::string> left;
+  for (const CheckpointInfo& c : infos) left.push_back(c.tag);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(csv(left), "s3, s4") << "the newest two by age, not by arrival (s1, s4)";
+  FP_ASSERT_OK(destination->close());
 }
 
 TEST_F(TierTest, CloseWithATimeoutStopsASlowDrainAndTheNextManagerFinishesIt) {
