@@ -124,6 +124,11 @@ TierPass drain_tier(const std::string& local_root, const std::vector<std::string
       pass.failures.push_back(in_tier(where, outcome));
     }
     if (hooks.end) hooks.end(tag, outcome);
+    // A damaged local copy can never be sent: the others go on. Any other failure (an I/O
+    // error, a full tier, a cancelled pass) may pass: the rest wait, in order, for the retry.
+    // Going on would put newer checkpoints in the tier first, and the next plan (only what is
+    // newer than the tier's newest) would never send this one again.
+    if (!outcome.is_ok() && outcome.code() != StatusCode::kDataLoss) break;
   }
   return pass;
 }

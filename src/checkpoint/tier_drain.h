@@ -78,8 +78,10 @@ struct TierPassHooks {
   CopyPacer pacer;
 };
 
-// Copies `plan` (plan_drain's, oldest first) from `local_root` into `tier`. One failure does
-// not stop the others, except that a checkpoint whose base failed is not tried.
+// Copies `plan` (plan_drain's, oldest first) from `local_root` into `tier`. A damaged local
+// copy (kDataLoss) does not stop the others, except that a checkpoint whose base failed is not
+// tried; any other failure ends the pass there, so that the tier never gets a newer checkpoint
+// before an older one it selected (the retry sends them in order).
 TierPass drain_tier(const std::string& local_root, const std::vector<std::string>& plan,
                     const std::vector<CheckpointInfo>& local, IoEngine& read_engine,
                     TierTarget& tier, const TierPassHooks& hooks);

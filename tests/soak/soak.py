@@ -17,7 +17,9 @@ loop-mounted ext4 filesystem, and is disturbed the way real jobs are:
 After every job ends (killed or failed), the root is checked as a restarted job sees it
 (tests/python/test_checkpoint_crash.py, check_root_after_kill): the manager opens it, every listed
 checkpoint verifies and loads bit-identical to what its step saved, `latest` follows the rules,
-no reported commit is lost; the tier's checkpoints verify and load bit-identical, and no
+no reported commit is lost; keep_last holds (beyond what waits for a tier); after a job with
+a tier, each checkpoint it reported is still local or in the tier (unless the tier's retention
+would not keep it); the tier's checkpoints verify and load bit-identical, and no
 acknowledged drain is lost (beyond the tier's own retention). Any violation, any DAMAGED from the concurrent verifier, or a job that
 fails for a reason that was not injected, stops the soak with status 1.
 
@@ -230,7 +232,9 @@ def main() -> int:
                     break
                 continue
             try:
-                crash.check_root_after_kill(root, history, first_step, context)
+                crash.check_root_after_kill(root, history, first_step, context, with_tier)
+                if with_tier:
+                    check_pins(history.listed_steps, tier, committed, context)
             except AssertionError as exc:
                 failure = f"{context}: {exc}"
                 break
@@ -292,6 +296,26 @@ def _injected(line: str) -> bool:
     """The failure is one the soak injects: ENOSPC or EIO."""
     return any(m in line for m in ("No space left", "ENOSPC", "Errno 28", "Input/output error", "EIO",
                                    "Errno 5"))
+
+
+def check_pins(local_steps: List[int], tier: Path, committed: List[str], context: str) -> None:
+    """Nothing a tier selects is lost to local retention (tiers.md): each checkpoint the killed
+    job reported is still local, or in the tier, or the tier's retention would not keep it (it
+    has TIER_KEEP_LAST newer ones, counting those still waiting locally)."""
+    if not committed:
+        return
+    tier_steps: List[int] = []
+    if tier.exists():
+        with fastpersist.CheckpointManager(tier) as mgr:
+            tier_steps = [c.step for c in mgr.checkpoints()]
+    held = set(local_steps) | set(tier_steps)
+    for tag in committed:
+        step = crash._step_of(tag)
+        newer = [s for s in held if s > step]
+        assert step in held or len(newer) >= child.TIER_KEEP_LAST, (
+            f"{context}: {tag} was committed for a tier and is neither local nor in the tier "
+            f"(only {len(newer)} newer checkpoints are): local {sorted(local_steps)}, "
+            f"tier {sorted(tier_steps)}")
 
 
 def check_tier(tier: Path, drained: List[str], context: str) -> int:

@@ -309,6 +309,54 @@ TEST_F(TierTest, ATiersRetentionCountsACopyThatArrivesLateByItsAge) {
   FP_ASSERT_OK(destination->close());
 }
 
+// Fault injection: a real directory tier whose copy of one tag fails once with an I/O error.
+class FailsOnceTarget : public checkpoint::TierTarget {
+ public:
+  FailsOnceTarget(checkpoint::TierTarget& real, std::string victim) : real_(real), victim_(std::move(victim)) {}
+  const std::string& where() const override { return real_.where(); }
+  Result<std::vector<CheckpointInfo>> list() override { return real_.list(); }
+  Result<checkpoint::CopyResult> receive(const std::string& local_root, const std::string& tag, IoEngine& engine,
+                                         const checkpoint::CopyPacer& pacer) override {
+    if (tag == victim_ && !failed_) {
+      failed_ = true;
+      return Status(StatusCode::kIoError, "injected: the tier's disk failed a write", EIO);
+    }
+    return real_.receive(local_root, tag, engine, pacer);
+  }
+  Status close() override { return real_.close(); }
+
+ private:
+  checkpoint::TierTarget& real_;
+  std::string victim_;
+  bool failed_ = false;
+};
+
+TEST_F(TierTest, AFailedCopyHoldsBackTheNewerOnesSoThatTheRetrySendsItInOrder) {
+  {
+    auto m = open(small_options());
+    ASSERT_NE(m, nullptr);
+    for (int64_t step = 1; step <= 3; ++step) save(*m, "s" + std::to_string(step), stepped_state(step));
+    FP_ASSERT_OK(m->close());
+  }
+  FP_ASSERT_OK_AND_ASSIGN(auto real, checkpoint::open_tier_target(tier(), small_options()));
+  FailsOnceTarget flaky(*real, "s1");
+  FP_ASSERT_OK_AND_ASSIGN(auto local_infos, list_checkpoints(local()));
+  auto engine = make_engine();
+  auto plan = [&] { return checkpoint::plan_drain(local_infos, real->list().value(), tier()); };
+  ASSERT_EQ(csv(plan()), "s1, s2, s3");
+  checkpoint::TierPass first = checkpoint::drain_tier(local(), plan(), local_infos, *engine, flaky, {});
+  ASSERT_EQ(first.failures.size(), 1u);
+  EXPECT_NE(first.failures[0].message().find("'s1'"), std::string::npos) << first.failures[0].to_string();
+  // Had s2 and s3 gone on, the tier's newest would be s3 and no plan would send s1 again.
+  EXPECT_TRUE(first.drained.empty()) << csv(first.drained);
+  EXPECT_EQ(csv(plan()), "s1, s2, s3") << "all three still wait";
+  checkpoint::TierPass retry = checkpoint::drain_tier(local(), plan(), local_infos, *engine, flaky, {});
+  EXPECT_TRUE(retry.failures.empty());
+  EXPECT_EQ(csv(retry.drained), "s1, s2, s3");
+  FP_ASSERT_OK(real->close());
+  EXPECT_EQ(csv(listed_tags(tier_path())), "s1, s2, s3");
+}
+
 TEST_F(TierTest, CloseWithATimeoutStopsASlowDrainAndTheNextManagerFinishesIt) {
   TierOptions slow = tier();
   slow.bandwidth_bytes_per_second = 64 * kKiB;  // ~1 MiB state: about 16 s
