@@ -270,10 +270,21 @@ struct CheckpointManager::Impl : CommitHost {
     // The policy lists a checkpoint after every one that references it. One that stays anyway
     // (just committed, busy: being saved, drained or waiting for a tier, or failing to go)
     // keeps the checkpoints it references: removing its base would damage it.
+    std::unordered_set<std::string> referenced_by_staying;
+    // A save still in flight whose directory is already in place is not counted among the
+    // newest: its commit may yet be undone (a 'latest' pointer that cannot be written), and
+    // an older checkpoint would have gone in its place. It stays, with what it references.
+    {
+      std::lock_guard l(mu);
+      auto in_flight = [&](const CheckpointInfo& c) { return c.tag != keep_tag && pending_tags.count(c.tag) != 0; };
+      for (const CheckpointInfo& c : scan.committed) {
+        if (in_flight(c)) referenced_by_staying.insert(c.references.begin(), c.references.end());
+      }
+      std::erase_if(scan.committed, in_flight);
+    }
     std::unordered_map<std::string, const std::vector<std::string>*> references;
     for (const CheckpointInfo& c : scan.committed) references.emplace(c.tag, &c.references);
     for (const checkpoint::DamagedCheckpoint& d : scan.damaged) references.emplace(d.tag, &d.references);
-    std::unordered_set<std::string> referenced_by_staying;
     auto stays = [&](const std::string& tag) {
       auto it = references.find(tag);
       if (it != references.end()) referenced_by_staying.insert(it->second->begin(), it->second->end());

@@ -6,7 +6,9 @@ Two ways to run it:
 
 - ``python _checkpoint_crash_child.py run ROOT SEED [TIER]``: a fresh interpreter opens the
   manager, builds the first state, prints ``started`` just before its first save, then saves in
-  a loop, printing ``committed TAG`` for every save it knows is committed (flushed at once).
+  a loop, printing ``committed TAG`` for every save it knows is committed (flushed at once),
+  preceded by ``retention-failed TAG`` when removing older checkpoints after it failed (the
+  soak's injected fsync EIO: the save is committed, the old ones stay until the next pass).
   With TIER, the manager drains every committed checkpoint into that directory (a tier keeping
   its newest TIER_KEEP_LAST), and after some saves waits for the drains, printing
   ``drained TAG`` (every checkpoint committed up to TAG is in the tier).
@@ -128,11 +130,17 @@ def run(root: str, seed: int, emit, tier: str = "") -> None:
 
     newest = ""
 
+    def committed(handle: Any) -> str:
+        tag = handle.wait()
+        if handle.retention_error:
+            emit(f"retention-failed {tag}")
+        emit(f"committed {tag}")
+        return tag
+
     def collect(block: bool) -> None:
         nonlocal newest
         while pending and (block or pending[0].done()):
-            newest = pending.pop(0).wait()
-            emit(f"committed {newest}")
+            newest = committed(pending.pop(0))
 
     while True:
         step += 1
@@ -144,8 +152,7 @@ def run(root: str, seed: int, emit, tier: str = "") -> None:
             started = True
         if mode == "save":
             collect(block=True)
-            newest = mgr.save(step, state, metadata=metadata(step))
-            emit(f"committed {newest}")
+            newest = committed(mgr.save_async(step, state, metadata=metadata(step)))  # = save()
         else:
             pending.append(mgr.save_async(step, state, metadata=metadata(step)))
             if mode == "async_wait":

@@ -181,13 +181,16 @@ class History:
         self.ever_listed: Set[str] = set()
         # The newest step a job without a tier reported: its retention had no tier pins.
         self.newest_unpinned: Optional[int] = None
+        # Reported commits whose retention pass failed (removals left for the next pass).
+        self.retention_failed: Set[str] = set()
 
 
 def check_root_after_kill(root: Path, history: History, killed_first_step: int,
                           context: str, drained_into_tier: bool = False) -> None:
     """Everything a restarted job relies on, checked with a fresh manager in this process.
     ``drained_into_tier``: the killed job drained into a tier, so its retention skipped what
-    waited for the tier (pinned), and keep_last bounds only what a job without one reported."""
+    waited for the tier (pinned), and keep_last bounds only what a job without one reported.
+    The caller adds the job's ``retention-failed`` tags to ``history.retention_failed`` first."""
     debris_before = [n for n in os.listdir(root) if n.startswith(DEBRIS_PREFIXES)]
     history.debris_seen += bool(debris_before)
     # The dead child's flock is gone: no CheckpointLockedError.
@@ -204,15 +207,17 @@ def check_root_after_kill(root: Path, history: History, killed_first_step: int,
         # Commit order is step order.
         assert [c.step for c in infos] == sorted(c.step for c in infos), f"{context}: {tags}"
         assert len({c.sequence for c in infos}) == len(infos), f"{context}: duplicate sequence"
-        if history.reported and not drained_into_tier:
-            history.newest_unpinned = max(_step_of(t) for t in history.reported)
+        complete = [t for t in history.reported if t not in history.retention_failed]
+        if complete and not drained_into_tier:
+            history.newest_unpinned = max(_step_of(t) for t in complete)
         if history.newest_unpinned is not None:
             # A save reports its commit only after its retention pass: at that moment at most
             # keep_last checkpoints up to it existed, and no older one can appear later. (Newer
             # ones may exceed keep_last: each kill between a commit and its prune leaves one.)
             # The base of a kept incremental checkpoint is kept with it, beyond keep_last. A
             # job with a tier keeps what waits for the tier beyond keep_last (pins, tiers.md),
-            # so the bound holds up to the newest commit a job without a tier reported.
+            # so the bound holds up to the newest commit a job without a tier reported (whose
+            # retention pass did not fail: a removal that fails leaves that one in place).
             newest = history.newest_unpinned
             bases = {base for c in infos for base in c.references}
             upto = [t for t in tags if _step_of(t) <= newest and t not in bases]

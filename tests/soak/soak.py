@@ -166,7 +166,7 @@ def main() -> int:
     tier_verifier = Verifier(args.cli, tier)
     tier_verifier.start()
     t: Dict[str, int] = {"jobs": 0, "killed": 0, "failed_enospc": 0, "failed_eio": 0,
-                         "commits_reported": 0, "squeezed": 0, "prunes": 0, "checks": 0,
+                         "commits_reported": 0, "squeezed": 0, "prunes": 0, "checks": 0, "retention_failed": 0,
                          "checkpoints_loaded": 0, "bytes_loaded": 0, "tier_jobs": 0,
                          "drains_acknowledged": 0, "failed_drain_eio_enospc": 0, "cli_drains": 0,
                          "tier_checkpoints_loaded": 0}
@@ -181,8 +181,8 @@ def main() -> int:
             squeezer.set_free(rng.randrange(1 << 20, 4 << 20) if squeeze else None)
             t["squeezed"] += squeeze
             first_step = crash._next_first_step(history)
-            context = f"seed {args.seed}, job {t['jobs']}"
             with_tier = rng.random() < args.tier_fraction
+            context = f"seed {args.seed}, job {t['jobs']}{' (with a tier)' if with_tier else ''}"
             pid = server.fork(root, rng.randrange(1 << 30), tier if with_tier else None)
             t["jobs"] += 1
             t["tier_jobs"] += with_tier
@@ -208,6 +208,9 @@ def main() -> int:
             status, rest = server.reap(pid)
             lines += rest
             committed = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("committed ")]
+            retention_failed = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("retention-failed ")]
+            t["retention_failed"] += len(retention_failed)
+            history.retention_failed.update(retention_failed)
             acknowledged = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("drained ")]
             t["drains_acknowledged"] += len(acknowledged)
             drained += acknowledged
@@ -236,7 +239,7 @@ def main() -> int:
                 if with_tier:
                     check_pins(history.listed_steps, tier, committed, context)
             except AssertionError as exc:
-                failure = f"{context}: {exc}"
+                failure = f"{context}: {exc} (the job's last lines: {lines[-6:]})"
                 break
             t["checks"] += 1
             t["checkpoints_loaded"] += len(history.listed_steps)

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/retention.h"
@@ -204,6 +208,39 @@ TEST_F(RetentionTest, PruneAppliesAPolicyNow) {
   EXPECT_EQ(removed, (Tags{"step-3", "step-4", "step-5"}));
   EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-6"}));
   expect_no_debris();
+}
+
+TEST_F(RetentionTest, ASaveWhoseCommitIsUndoneNeverCostsAnOlderCheckpoint) {
+  // Every save after step-2 is renamed into place and then undone: the 'latest' pointer cannot
+  // be written (a directory holds its name). A prune() racing with them must not count such a
+  // save among the newest, or it removes step-1 for a checkpoint that then does not exist.
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
+  save_steps(*mgr, 1, 2);
+  ASSERT_EQ(::unlink(dir_.file("latest").c_str()), 0);
+  ASSERT_EQ(::mkdir(dir_.file("latest").c_str(), 0755), 0);
+  write_text(dir_.file("latest") + "/keeps-it-non-empty", "x");
+  std::atomic<bool> saving{true};
+  std::atomic<int> prunes{0};
+  std::vector<std::string> wrongly_removed;
+  std::thread pruner([&] {
+    while (saving.load()) {
+      auto removed = mgr->prune(2, std::nullopt);
+      if (removed.is_ok()) wrongly_removed.insert(wrongly_removed.end(), removed->begin(), removed->end());
+      ++prunes;
+    }
+  });
+  int undone = 0;
+  for (int i = 0; i < 300; ++i) {
+    TestState s = tiny_state(100 + i);
+    Status st = mgr->save("undone-" + std::to_string(i), s.content());
+    undone += !st.is_ok() && st.message().find("was therefore not kept") != std::string::npos;
+  }
+  saving = false;
+  pruner.join();
+  EXPECT_EQ(undone, 300) << "every save is undone";
+  EXPECT_GT(prunes.load(), 0);
+  EXPECT_TRUE(wrongly_removed.empty()) << wrongly_removed.size() << " removed, first " << wrongly_removed[0];
+  EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-1", "step-2"}));
 }
 
 // Damage a checkpoint the way a lost or truncated file does: its manifest still decodes.
