@@ -207,7 +207,9 @@ def check_root_after_kill(root: Path, history: History, killed_first_step: int,
         # Commit order is step order.
         assert [c.step for c in infos] == sorted(c.step for c in infos), f"{context}: {tags}"
         assert len({c.sequence for c in infos}) == len(infos), f"{context}: duplicate sequence"
-        complete = [t for t in history.reported if t not in history.retention_failed]
+        # The killed job's own commits (steps from killed_first_step on) whose retention ran.
+        complete = [t for t in history.reported
+                    if _step_of(t) >= killed_first_step and t not in history.retention_failed]
         if complete and not drained_into_tier:
             history.newest_unpinned = max(_step_of(t) for t in complete)
         if history.newest_unpinned is not None:
