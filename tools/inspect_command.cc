@@ -4,6 +4,7 @@
 // root, the list of its checkpoints. Reads manifests and headers only; no tensor data.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <iostream>
 #include <cstdio>
 #include <map>
@@ -15,6 +16,7 @@
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/checksum.h"
+#include "fastpersist/foreign_checkpoint.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/safetensors.h"
 #include "format.h"
@@ -337,6 +339,31 @@ int inspect_safetensors(const std::string& path, bool json, bool tensors) {
   return kExitOk;
 }
 
+// A DeepSpeed tag written by DeepSpeed's own engine: its files, and why nothing checks them.
+int inspect_foreign_tag(const std::string& dir, const ForeignTag& f, bool json) {
+  const std::string note =
+      "no fastpersist manifest: written by DeepSpeed's own checkpoint engine, which records no "
+      "checksums, so `fastpersist verify` cannot check it (fastpersist.deepspeed loads it)";
+  if (json) {
+    nlohmann::ordered_json j = {{"kind", "deepspeed_tag"}, {"path", dir}, {"tag", f.tag},
+                                {"bytes", f.bytes}, {"note", note}};
+    j["files"] = nlohmann::ordered_json::array();
+    for (const auto& [name, size] : f.listing) j["files"].push_back({{"name", name}, {"size", size}});
+    std::cout << json_text(j) << "\n";
+  } else {
+    std::cout << "DeepSpeed tag " << dir << "\n  " << note << "\n  size ........... "
+              << format_bytes(f.bytes) << " in " << f.files << (f.files == 1 ? " file" : " files")
+              << "\nfiles:\n";
+    size_t width = 0;
+    for (const auto& entry : f.listing) width = std::max(width, entry.first.size());
+    for (const auto& [name, size] : f.listing) {
+      std::cout << "  " << name << std::string(width + 2 - name.size(), ' ') << format_bytes(size) << "\n";
+    }
+  }
+  std::cout.flush();
+  return kExitOk;
+}
+
 }  // namespace
 
 Command add_inspect_command(CLI::App& parent) {
@@ -363,6 +390,9 @@ Command add_inspect_command(CLI::App& parent) {
               case PathKind::kSafetensors:
                 return inspect_safetensors(p.path, args->json, args->tensors);
               case PathKind::kRoot:
+                if (auto foreign = detect_deepspeed_tag(p.path)) {
+                  return inspect_foreign_tag(p.path, *foreign, args->json);
+                }
                 return print_root_listing(kCommand, p.path, args->json);
               case PathKind::kIncompleteCheckpoint:
                 return fail(kCommand,

@@ -15,6 +15,7 @@
 #include "object_roots.h"
 #include "command.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/foreign_checkpoint.h"
 #include "fastpersist/object_store.h"
 #include "format.h"
 
@@ -70,6 +71,9 @@ int print_root_listing(const std::string& command, const std::string& root, bool
   const std::vector<CheckpointInfo>& all = *listed;
   const std::optional<std::string>& latest_tag = *latest;
   std::vector<SkippedDir> skipped = split_skipped(skipped_raw);
+  // Tags another engine wrote next to ours (DeepSpeed's own): listed, never verifiable.
+  const std::vector<ForeignTag> foreign =
+      is_object_store_url(root) ? std::vector<ForeignTag>{} : deepspeed_tags(root);
 
   if (json) {
     nlohmann::ordered_json j;
@@ -110,6 +114,10 @@ int print_root_listing(const std::string& command, const std::string& root, bool
     j["skipped"] = nlohmann::ordered_json::array();
     for (const SkippedDir& s : skipped)
       j["skipped"].push_back({{"tag", s.tag}, {"reason", s.reason}});
+    j["foreign_tags"] = nlohmann::ordered_json::array();
+    for (const ForeignTag& f : foreign) {
+      j["foreign_tags"].push_back({{"tag", f.tag}, {"kind", f.kind}, {"files", f.files}, {"bytes", f.bytes}});
+    }
     std::cout << json_text(j) << "\n";
     std::cout.flush();
     return kExitOk;
@@ -164,6 +172,15 @@ int print_root_listing(const std::string& command, const std::string& root, bool
               << (skipped.size() == 1 ? " directory" : " directories")
               << " that would not load (run `fastpersist verify` on them):\n";
     for (const SkippedDir& s : skipped) std::cout << "  " << s.tag << ": " << s.reason << "\n";
+  }
+  if (!foreign.empty()) {
+    std::cout << foreign.size() << (foreign.size() == 1 ? " DeepSpeed tag" : " DeepSpeed tags")
+              << " without a fastpersist manifest (written by DeepSpeed's own engine: no checksums, "
+                 "so they cannot be verified; they load through fastpersist.deepspeed):\n";
+    for (const ForeignTag& f : foreign) {
+      std::cout << "  " << f.tag << ": " << f.files << (f.files == 1 ? " file, " : " files, ")
+                << format_bytes(f.bytes) << "\n";
+    }
   }
   std::cout.flush();
   return kExitOk;

@@ -24,6 +24,7 @@
 #include "command.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/foreign_checkpoint.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/object_store.h"
 #include "fastpersist/options.h"
@@ -135,6 +136,12 @@ int verify_tags(const Args& a, const std::string& root, const std::vector<std::s
                 const std::function<Outcome(const std::string&)>& check,
                 const std::function<bool(const std::string&)>& vanished);
 
+std::string unverifiable_note(const ForeignTag& f) {
+  return "a DeepSpeed tag without a fastpersist manifest (" + std::to_string(f.files) +
+         (f.files == 1 ? " file, " : " files, ") + format_bytes(f.bytes) +
+         "): DeepSpeed's own engine records no checksums, so its files cannot be verified";
+}
+
 int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool progress) {
   std::vector<std::string> skipped_raw;
   auto listed = list_checkpoints(root, &skipped_raw);
@@ -163,12 +170,33 @@ int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool p
   std::sort(extra.begin(), extra.end());
   for (const std::string& name : extra) tags.push_back(name);
 
-  return verify_tags(
+  const std::vector<ForeignTag> foreign = deepspeed_tags(root);
+  int rc = verify_tags(
       a, root, tags, [&](const std::string& tag) { return verify_dir(root + "/" + tag, tag, engine, progress); },
       [&](const std::string& tag) {
         struct stat st {};
         return ::lstat((root + "/" + tag).c_str(), &st) != 0 && errno == ENOENT;
       });
+  if (!a.json) {
+    for (const ForeignTag& f : foreign) {
+      std::cout << "UNVERIFIED " << f.tag << ": " << unverifiable_note(f) << "\n";
+    }
+  }
+  return rc;
+}
+
+// A DeepSpeed tag written by DeepSpeed's own engine: nothing to check it against.
+int verify_foreign_tag(const Args& a, const std::string& dir, const ForeignTag& f) {
+  const std::string note = unverifiable_note(f);
+  if (a.json) {
+    nlohmann::ordered_json j = {{"kind", "deepspeed_tag"}, {"path", dir}, {"ok", false}};
+    j["problems"] = nlohmann::ordered_json::array({note});
+    std::cout << json_text(j) << "\n";
+  } else {
+    std::cout << "UNVERIFIED " << dir << ": " << note << "\n";
+  }
+  std::cout.flush();
+  return kExitFailure;
 }
 
 // An object-store tier: every checkpoint fetched into a scratch folder and checked there.
@@ -324,6 +352,9 @@ Command add_verify_command(CLI::App& parent) {
                           kExitFailure);
             }
             const bool progress = !args->no_progress && (args->progress || stderr_is_tty());
+            if (p.kind == PathKind::kRoot) {
+              if (auto foreign = detect_deepspeed_tag(p.path)) return verify_foreign_tag(*args, p.path, *foreign);
+            }
             // An incomplete directory is verified as a checkpoint: its report names what is
             // missing (exit 1), where a root would quietly hold no checkpoints.
             return p.kind == PathKind::kCheckpoint || p.kind == PathKind::kIncompleteCheckpoint

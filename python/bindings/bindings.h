@@ -30,6 +30,7 @@ void bind_gds_handle(nb::module_& m);
 void bind_writer(nb::module_& m);
 void bind_checkpoint(nb::module_& m);
 void bind_commit(nb::module_& m);
+void bind_deferred(nb::module_& m);
 void bind_progress(nb::module_& m);
 void bind_paths(nb::module_& m);
 void bind_layout(nb::module_& m);

@@ -18,6 +18,7 @@ NB_MODULE(_core, m) {
   fp::bind_writer(m);
   fp::bind_manifest(m);
   fp::bind_commit(m);
+  fp::bind_deferred(m);
   fp::bind_checkpoint(m);
   fp::bind_object_stores(m);
 #ifdef FASTPERSIST_HAVE_CLI

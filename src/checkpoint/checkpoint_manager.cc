@@ -397,6 +397,17 @@ Status repair_latest_pointer(const std::string& root, const std::vector<Checkpoi
   std::string want = committed.back().tag + "\n";
   auto have = checkpoint::read_small_file(path, 4096);
   if (have.is_ok() && *have == want) return Status::ok();
+  // A pointer to a checkpoint another tool wrote into the same root (a directory without a
+  // manifest, e.g. a tag of DeepSpeed's own checkpoint engine saved after ours) is that tool's
+  // newest checkpoint, not a crash's leftover: it stays.
+  if (std::string named = latest_pointer_tag(root); !named.empty() && validate_tag(named).is_ok()) {
+    struct stat st;
+    std::string dir = join_path(root, named);
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        ::stat(join_path(dir, kManifestFileName).c_str(), &st) != 0 && errno == ENOENT) {
+      return Status::ok();
+    }
+  }
   return checkpoint::replace_file_atomically(path, want, durable);
 }
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m fastpersist.bench {tensor,model,roundtrip,load,peers}``: see the package docstring."""
+"""``python -m fastpersist.bench {tensor,model,roundtrip,load,peers,deepspeed}``: see the package docstring."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import List, Optional
 import torch
 
 from .. import serialization
-from . import loaders, models, peers_cli, savers
+from . import deepspeed_save, loaders, models, peers_cli, savers
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     ld.add_argument("--no-safetensors", dest="safetensors", action="store_false",
                     help="skip the safetensors comparison")
     peers_cli.add_parser(sub)
+    deepspeed_save.add_parser(sub)
     return p
 
 
@@ -175,7 +176,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.exit("error: --loops must be at least 1")
     _print_command(argv)
     return {"tensor": run_tensor, "model": run_model, "roundtrip": run_roundtrip,
-            "load": run_load, "peers": peers_cli.run}[args.command](args)
+            "load": run_load, "peers": peers_cli.run, "deepspeed": deepspeed_save.run}[args.command](args)
 
 
 if __name__ == "__main__":

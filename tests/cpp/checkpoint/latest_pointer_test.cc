@@ -72,6 +72,25 @@ TEST_F(LatestPointerTest, TheNextManagerRepairsAStalePointer) {
   EXPECT_EQ(read_text(pointer_), "b\n");
 }
 
+// A root that another tool also writes (DeepSpeed's own engine saving tags next to ours): its
+// newest tag is a directory without a manifest, and the pointer naming it is not stale.
+TEST_F(LatestPointerTest, APointerToAForeignCheckpointStays) {
+  FP_ASSERT_OK(mgr_->close());
+  std::filesystem::create_directory(dir_.file("global_step9"));
+  write_text(dir_.file("global_step9") + "/mp_rank_00_model_states.pt", "not ours");
+  write_text(pointer_, "global_step9");
+  FP_ASSERT_OK_AND_ASSIGN(auto again, CheckpointManager::open(dir_.path(), small_options()));
+  EXPECT_EQ(read_text(pointer_), "global_step9");
+  EXPECT_EQ(latest(), "b");  // the newest committed checkpoint of ours
+  FP_ASSERT_OK(again->close());
+  // A pointer naming a plain file, or a path out of the root, is still repaired.
+  for (const char* stale : {"latest", "../x"}) {
+    write_text(pointer_, stale);
+    FP_ASSERT_OK_AND_ASSIGN(auto third, CheckpointManager::open(dir_.path(), small_options()));
+    EXPECT_EQ(read_text(pointer_), "b\n") << stale;
+  }
+}
+
 // Regression (issue 10): removing the newest checkpoint left `latest` naming the deleted
 // directory until the next open.
 TEST_F(LatestPointerTest, RemovingTheNewestPointsLatestAtTheNewestRemaining) {

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// `_core.DeferredFileWriter` (deferred_file_writer.h): the file object the DeepSpeed checkpoint
+// engine serializes into on the training thread and persists later, and `_core.check_object_file`,
+// the check of a file against its manifest record that runs beside each load. Lent memory arrives as objects read by
+// checked_buffer.h; the writer keeps each one's export until persist() or abort() is over, so the
+// memory cannot be freed meanwhile.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "checked_buffer.h"
+#include "fastpersist/deferred_file_writer.h"
+#include "fastpersist/io_engine.h"
+
+namespace fastpersist::python {
+namespace {
+
+class PyDeferredFileWriter {
+ public:
+  PyDeferredFileWriter(const std::string& directory, const std::string& name, const EngineOptions& engine_options,
+                       const FastFileWriterOptions& writer_options, bool checksums, std::optional<uint32_t> rank) {
+    DeferredFileWriterOptions o;
+    o.writer = writer_options;
+    o.checksums = checksums;
+    o.rank = rank;
+    writer_ = unwrap(without_gil([&]() -> Result<std::unique_ptr<DeferredFileWriter>> {
+      FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
+      return DeferredFileWriter::create(directory, name, o, std::shared_ptr<IoEngine>(std::move(engine)));
+    }));
+  }
+
+  void borrow(nb::handle memory) {
+    CheckedBuffer b = checked_buffer(memory, MemoryUse::kRead, MemoryPlace::kHost, "borrowed memory");
+    if (b.nbytes == 0) return;
+    writer_->borrow(b.data, b.nbytes);
+    lent_.push_back(std::move(b.pin));
+  }
+
+  size_t write(nb::handle data) {
+    CheckedBuffer b = checked_buffer(data, MemoryUse::kRead, MemoryPlace::kHost, "data");
+    check(writer_->write(b.data, b.nbytes));
+    return b.nbytes;
+  }
+
+  ManifestFile persist() {
+    Result<ManifestFile> r = without_gil([&] { return writer_->persist(); });
+    lent_.clear();
+    return unwrap(std::move(r));
+  }
+
+  void abort() {
+    without_gil([&] {
+      writer_->abort();
+      return 0;
+    });
+    lent_.clear();
+  }
+
+  nb::dict stats() const {
+    DeferredFileWriterStats s = writer_->stats();
+    nb::dict d;
+    d["bytes"] = s.bytes;
+    d["borrowed_bytes"] = s.borrowed_bytes;
+    d["copied_bytes"] = s.copied_bytes;
+    d["pieces"] = s.pieces;
+    return d;
+  }
+
+  const std::string& path() const { return writer_->path(); }
+
+ private:
+  std::unique_ptr<DeferredFileWriter> writer_;
+  std::vector<nb::object> lent_;  // the exports of borrowed memory, released after persist/abort
+};
+
+}  // namespace
+
+void bind_deferred(nb::module_& m) {
+  using namespace nb::literals;
+
+  nb::class_<PyDeferredFileWriter>(m, "DeferredFileWriter",
+                                   "A file object that records a serialization now (borrowing lent tensor "
+                                   "memory, copying the rest) and persist() writes later, durably, with the "
+                                   "XXH3-64 of the whole file.")
+      .def(nb::init<const std::string&, const std::string&, const EngineOptions&, const FastFileWriterOptions&, bool,
+                    std::optional<uint32_t>>(),
+           "directory"_a, "name"_a, "engine_options"_a, "writer_options"_a, "checksums"_a, "rank"_a.none())
+      .def("borrow", &PyDeferredFileWriter::borrow, "memory"_a,
+           "Lends host memory (a buffer or a DLPack tensor) that stays alive and unchanged until persist() "
+           "returns: pieces inside it are not copied.")
+      .def("write", &PyDeferredFileWriter::write, "data"_a, "Records the next bytes of the stream.")
+      .def("persist", &PyDeferredFileWriter::persist,
+           "Writes the stream as the new file and returns its ManifestFile record (releases the GIL).")
+      .def("abort", &PyDeferredFileWriter::abort, "Forgets the stream; writes nothing.")
+      .def("stats", &PyDeferredFileWriter::stats)
+      .def_prop_ro("path", &PyDeferredFileWriter::path);
+
+  m.def(
+      "check_object_file",
+      [](const std::string& path, const ManifestFile& record, bool checksums) {
+        check(without_gil([&] { return check_object_file(path, record, checksums); }));
+      },
+      "path"_a, "record"_a, "checksums"_a,
+      "Checks a checkpoint file's size and checksum against its manifest record, reading through "
+      "the page cache (CheckpointCorruptError naming the file when they differ).");
+}
+
+}  // namespace fastpersist::python

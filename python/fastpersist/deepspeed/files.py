@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One DeepSpeed checkpoint file: pickled by ``torch.save`` into a ``_core.DeferredFileWriter``
+(the tensors' storages are lent to it, not copied), persisted by C++ (durable, with the XXH3-64
+of the whole file), and loaded by ``torch.load`` while C++ checks it against its manifest record.
+
+Loads read through the page cache, as DeepSpeed's own engine does: the loaded tensors need memory
+of their own anyway (DeepSpeed's optimizer adopts them as its state), and a whole-file buffer
+behind zero-copy tensors would stay alive, with the parts nobody adopted, for the whole run."""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+from typing import Any, Iterator, List, Optional, cast
+
+import torch
+
+from .. import _core
+from ..errors import CheckpointCorruptError
+from ..serialization import _fast_save_settings
+from .settings import EngineSettings
+
+
+class CapturedFile:
+    """The file object torch.save writes into: write() records, persist() writes the file."""
+
+    def __init__(self, directory: str, name: str, settings: EngineSettings,
+                 rank: Optional[int]) -> None:
+        self._w = _core.DeferredFileWriter(directory, name, settings.engine, settings.writer,
+                                           settings.checksums, rank)
+        self.name = name
+
+    def lend(self, state: Any) -> None:
+        """Lends the host storages of every tensor in `state` (the caller keeps `state` alive
+        and unchanged until persist() returns)."""
+        seen = set()
+        for t in _tensors(state):
+            if t.device.type != "cpu":
+                continue
+            storage = t.untyped_storage()
+            if storage.nbytes() == 0 or storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())
+            self._w.borrow(torch.empty(0, dtype=torch.uint8).set_(storage))
+
+    def write(self, data: Any) -> int:
+        return int(self._w.write(data))
+
+    def flush(self) -> None:
+        """Nothing to do: persist() writes the file."""
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def persist(self) -> Any:
+        """Writes the file (GIL released) and returns its ``_core.ManifestFile`` record."""
+        return self._w.persist()
+
+    def abort(self) -> None:
+        self._w.abort()
+
+    def stats(self) -> Any:
+        return dict(self._w.stats())
+
+
+def capture(state: Any, directory: str, name: str, settings: EngineSettings,
+            rank: Optional[int]) -> CapturedFile:
+    """torch.save(state) into a new CapturedFile (4 KiB-aligned storages, no CRC: the manifest's
+    checksum covers the file)."""
+    f = CapturedFile(directory, name, settings, rank)
+    try:
+        f.lend(state)
+        with _fast_save_settings(align=True, crc32=False):
+            torch.save(state, cast(Any, f))  # a file object without fileno()
+    except BaseException:
+        f.abort()
+        raise
+    return f
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a state (dicts, lists, tuples, and objects' __dict__, as torch.save walks
+    them, minus what no real state holds). Storages reached only in other ways are copied."""
+    stack: List[Any] = [obj]
+    seen = set()
+    while stack:
+        o = stack.pop()
+        if isinstance(o, torch.Tensor):
+            yield o
+            continue
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif hasattr(o, "__dict__") and not isinstance(o, type):
+            stack.extend(vars(o).values())
+
+
+# ----------------------------------------------------------------------------- loading
+def deepspeed_safe_globals() -> List[Any]:
+    """The DeepSpeed classes its checkpoint files pickle (loss scalers, the ZeRO stage enum,
+    fragment addresses): allowed in weights_only loads of the engine's own files."""
+    found: List[Any] = []
+    for module, names in (("deepspeed.runtime.fp16.loss_scaler", ("LossScaler", "DynamicLossScaler")),
+                          ("deepspeed.runtime.zero.config", ("ZeroStageEnum",)),
+                          ("deepspeed.utils.tensor_fragment", ("fragment_address",))):
+        with contextlib.suppress(ImportError):
+            mod = __import__(module, fromlist=list(names))
+            found.extend(getattr(mod, n) for n in names if hasattr(mod, n))
+    return found
+
+
+def check(path: str, record: Any, checksums: bool) -> None:
+    """Checks the file against its manifest record (CheckpointCorruptError naming it)."""
+    _core.check_object_file(path, record, checksums)
+
+
+def load_file(path: str, record: Optional[Any], checksums: bool, map_location: Any,
+              weights_only: bool) -> Any:
+    """``torch.load(path)``, with the file checked against its manifest `record` (when there is
+    one) by a C++ thread at the same time: both read through the page cache, so the file comes
+    from the disk once, and the load holds no second copy of it. The state is returned only
+    once the check passed; a file that fails it raises CheckpointCorruptError, also when the
+    damage made torch.load fail first."""
+    failure: List[BaseException] = []
+    checker: Optional[threading.Thread] = None
+    if record is not None:
+        def run() -> None:
+            try:
+                check(path, record, checksums)
+            except BaseException as e:  # noqa: BLE001 (raised by the loading thread)
+                failure.append(e)
+
+        checker = threading.Thread(target=run, name="fastpersist-check", daemon=True)
+        checker.start()
+    try:
+        state = _torch_load(path, map_location, weights_only)
+    except BaseException:
+        if checker is not None:
+            checker.join()
+            if failure:
+                raise failure[0] from None
+        raise
+    if checker is not None:
+        checker.join()
+        if failure:
+            raise failure[0]
+    return state
+
+
+def _torch_load(path: str, map_location: Any, weights_only: bool) -> Any:
+    try:
+        with torch.serialization.safe_globals(deepspeed_safe_globals()):
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
+    except pickle.UnpicklingError as e:
+        if not weights_only:
+            raise CheckpointCorruptError(f"fastpersist: {path} does not unpickle: {e}") from None
+        raise pickle.UnpicklingError(
+            f"fastpersist: {path} was refused by torch.load(weights_only=True): {e}. Load only "
+            "files you trust with weights_only=False (install(..., weights_only=False)).") from None

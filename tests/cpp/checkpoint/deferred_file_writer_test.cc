@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// DeferredFileWriter: what write() recorded, persist() writes byte for byte (borrowed pieces from
+// the lent memory as it is at persist time, copied pieces as they were at write time), with the
+// record write_sidecar_file gives; a file is created once, a failure leaves none; and
+// check_object_file refuses a file that is not what its record says.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "fastpersist/checksum.h"
+#include "fastpersist/deferred_file_writer.h"
+#include "testing/fault_backend.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
+#include "testing/test_util.h"
+
+namespace fastpersist::testing {
+namespace {
+
+DeferredFileWriterOptions options(bool durable = false) {
+  DeferredFileWriterOptions o;
+  o.writer.durable = durable;
+  o.writer.io_buffer_bytes = size_t{1} << 20;
+  o.rank = 3;
+  return o;
+}
+
+std::vector<std::byte> concat(const std::vector<std::span<const std::byte>>& parts) {
+  std::vector<std::byte> out;
+  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+TEST(DeferredFileWriter, WritesBorrowedAndCopiedPiecesInOrder) {
+  TempDir dir;
+  TestBuffer tensor(size_t{20} << 20, 64);  // a lent "storage", not page aligned
+  fill_random(tensor.span(), 1);
+  std::vector<std::byte> header = random_bytes(300, 2);
+  std::vector<std::byte> middle = random_bytes(100000, 3);  // large, but not lent: copied
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "a.pt", options(true)));
+  w->borrow(tensor.data(), tensor.size());
+  FP_ASSERT_OK(w->write(header.data(), header.size()));
+  FP_ASSERT_OK(w->write(tensor.data() + 4096, (size_t{12} << 20) + 5));  // inside the lent range
+  std::vector<std::byte> scratch = middle;
+  FP_ASSERT_OK(w->write(scratch.data(), scratch.size()));
+  std::memset(scratch.data(), 0, scratch.size());  // the caller reuses its memory: a copy was kept
+  FP_ASSERT_OK(w->write(header.data(), 7));
+  DeferredFileWriterStats s = w->stats();
+  EXPECT_EQ(s.borrowed_bytes, (size_t{12} << 20) + 5);
+  EXPECT_EQ(s.copied_bytes, 300u + 100000u + 7u);
+  EXPECT_EQ(s.pieces, 3u);  // the copies after the borrowed piece share one block
+
+  FP_ASSERT_OK_AND_ASSIGN(ManifestFile rec, w->persist());
+  std::vector<std::byte> want = concat({std::span<const std::byte>(header),
+                                        std::span<const std::byte>(tensor.data() + 4096, (size_t{12} << 20) + 5),
+                                        std::span<const std::byte>(middle),
+                                        std::span<const std::byte>(header.data(), 7)});
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("a.pt")));
+  EXPECT_TRUE(got == want);
+  EXPECT_EQ(rec.name, "a.pt");
+  EXPECT_EQ(rec.role, "objects");
+  EXPECT_EQ(rec.size, want.size());
+  EXPECT_EQ(rec.checksum_bytes, want.size());
+  EXPECT_EQ(rec.checksum, xxh3_64(want.data(), want.size()));
+  EXPECT_EQ(rec.rank, std::optional<uint32_t>(3));
+  EXPECT_EQ((w->persist().status()).code(), StatusCode::kInvalidArgument);  // once
+  EXPECT_EQ((w->write(header.data(), 1)).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeferredFileWriter, APieceReachingPastTheLentRangeIsCopied) {
+  TempDir dir;
+  TestBuffer tensor(size_t{1} << 20);
+  fill_random(tensor.span(), 4);
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "b", options()));
+  w->borrow(tensor.data(), tensor.size() / 2);
+  FP_ASSERT_OK(w->write(tensor.data(), tensor.size()));  // half of it lies outside
+  EXPECT_EQ(w->stats().borrowed_bytes, 0u);
+  FP_ASSERT_OK(w->write(tensor.data() + 100, 4096));     // below borrow_min_bytes
+  EXPECT_EQ(w->stats().borrowed_bytes, 0u);
+  std::vector<std::byte> want(tensor.data(), tensor.data() + tensor.size());
+  want.insert(want.end(), tensor.data() + 100, tensor.data() + 100 + 4096);
+  std::memset(tensor.data(), 0, tensor.size());
+  FP_ASSERT_OK(w->persist().status());
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("b")));
+  EXPECT_TRUE(got == want);
+}
+
+TEST(DeferredFileWriter, RefusesBadNamesAndExistingFiles) {
+  TempDir dir;
+  for (const char* bad : {"", ".", "..", "a/b", "../x"}) {
+    EXPECT_EQ((DeferredFileWriter::create(dir.path(), bad, options()).status()).code(), StatusCode::kInvalidArgument)
+        << bad;
+  }
+  std::vector<std::byte> old = random_bytes(10, 5);
+  FP_ASSERT_OK(write_whole_file(dir.file("taken"), old));
+  EXPECT_EQ(DeferredFileWriter::create(dir.path(), "taken", options()).status().code(),
+            StatusCode::kAlreadyExists);
+  // Created meanwhile (another writer of the same name): persist() refuses and keeps it.
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "late", options()));
+  FP_ASSERT_OK(w->write(old.data(), 3));
+  FP_ASSERT_OK(write_whole_file(dir.file("late"), old));
+  EXPECT_EQ((w->persist().status()).code(), StatusCode::kAlreadyExists);
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("late")));
+  EXPECT_TRUE(got == old);
+}
+
+TEST(DeferredFileWriter, AFailedWriteLeavesNoFile) {
+  TempDir dir;
+  FP_ASSERT_OK_AND_ASSIGN(auto faults, FaultInjector::create({.kind = FaultKind::kError, .error = ENOSPC,
+                                                               .nth = 2, .ops = FaultOps::kWrites},
+                                                              Backend::kThreads));
+  EngineOptions eo;
+  eo.backend = Backend::kThreads;
+  FP_ASSERT_OK_AND_ASSIGN(auto engine, IoEngine::create(eo, faults->factory(), "faulty threads"));
+  TestBuffer tensor(size_t{8} << 20);
+  fill_random(tensor.span(), 6);
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "c", options(true),
+                                                             std::shared_ptr<IoEngine>(std::move(engine))));
+  w->borrow(tensor.data(), tensor.size());
+  FP_ASSERT_OK(w->write(tensor.data(), tensor.size()));
+  Status st = w->persist().status();
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(st.sys_errno(), ENOSPC) << st.to_string();
+  EXPECT_TRUE(list_dir(dir.path()).empty());
+}
+
+TEST(CheckObjectFile, ChecksSizeAndChecksum) {
+  TempDir dir;
+  std::vector<std::byte> bytes = random_bytes((size_t{8} << 20) + 50000, 7);  // more than one chunk
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "d", options()));
+  FP_ASSERT_OK(w->write(bytes.data(), bytes.size()));
+  FP_ASSERT_OK_AND_ASSIGN(ManifestFile rec, w->persist());
+  FP_EXPECT_OK(check_object_file(dir.file("d"), rec, true));
+
+  bytes[(size_t{8} << 20) + 12345] ^= std::byte{1};  // one flipped bit, in the second chunk
+  FP_ASSERT_OK(write_whole_file(dir.file("d"), bytes));
+  Status st = check_object_file(dir.file("d"), rec, true);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.to_string().find(dir.file("d")), std::string::npos) << st.to_string();
+  FP_EXPECT_OK(check_object_file(dir.file("d"), rec, false));  // a manifest without checksums
+
+  bytes.pop_back();
+  FP_ASSERT_OK(write_whole_file(dir.file("d"), bytes));
+  EXPECT_EQ(check_object_file(dir.file("d"), rec, false).code(), StatusCode::kDataLoss);
+  EXPECT_FALSE(check_object_file(dir.file("missing"), rec, true).is_ok());
+  EXPECT_EQ(check_object_file(dir.path(), rec, true).code(), StatusCode::kDataLoss);  // a directory
+}
+
+}  // namespace
+}  // namespace fastpersist::testing
