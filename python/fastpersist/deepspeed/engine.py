@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import threading
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -66,6 +66,7 @@ class _Save:
         # save_checkpoint returned: every file of the tag is saved (or being written, async).
         # Only such a save may commit outside DeepSpeed's own commit call (wait, exit).
         self.complete = False
+        self.stats: Dict[str, int] = {}
 
 
 class FastPersistCheckpointEngine(CheckpointEngine):
@@ -92,9 +93,12 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         self._manifests: Dict[str, Any] = {}  # tag folder -> (manifest or None) for loads
         self._warned: set = set()
         self._next: Dict[str, Any] = {"step": None, "metadata": {}}
-        self._lock = threading.Lock()
         self.closed = False
         self.last_commit: Optional[Dict[str, Any]] = None  # what the last commit wrote
+        # This rank's counters: the last save's files (bytes; lent to the writer, not copied;
+        # copied) and the loads since reset_load_stats() (files, bytes, seconds in load()).
+        self.save_stats: Dict[str, int] = {}
+        self.load_stats: Dict[str, float] = {"files": 0, "bytes": 0, "seconds": 0.0}
         self.transform: Optional[Any] = None  # load_checkpoint's dtype/keys, for one load
 
     # ------------------------------------------------------------------ DeepSpeed's interface
@@ -135,6 +139,9 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             s.names.append(name)
             rank = self.rank if self.world_size > 1 else None
             f = capture(state_dict, s.tmp, name, self.settings, rank)
+            for key, value in f.stats().items():
+                if key in ("bytes", "borrowed_bytes", "copied_bytes"):
+                    s.stats[key] = s.stats.get(key, 0) + int(value)
             if self.settings.async_save:
                 s.jobs.append((self._pool().submit(f.persist), (state_dict, f)))
             else:
@@ -148,6 +155,7 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             return True  # nothing of ours is open (a commit DeepSpeed repeats)
         self._save = None
         self._decoupled_info = None
+        self.save_stats = dict(s.stats)
         for future, _keep in s.jobs:
             try:
                 s.records.append(future.result())
@@ -180,6 +188,7 @@ class FastPersistCheckpointEngine(CheckpointEngine):
 
     def load(self, path: str, map_location: Any = None) -> Any:
         self._check_open()
+        started = time.perf_counter()
         path = os.path.abspath(os.fspath(path))
         folder, name = os.path.split(path)
         manifest = self._manifest(folder)
@@ -199,6 +208,9 @@ class FastPersistCheckpointEngine(CheckpointEngine):
                                              "does not list it)")
             checksums = manifest.checksum_algorithm != "none"
         state = load_file(path, record, checksums, map_location, self.settings.weights_only)
+        self.load_stats["files"] += 1
+        self.load_stats["bytes"] += os.path.getsize(path)
+        self.load_stats["seconds"] += time.perf_counter() - started
         return state if self.transform is None else self.transform(state)
 
     def is_data_parallel_writer(self, dp_rank: int) -> bool:
