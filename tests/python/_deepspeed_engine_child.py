@@ -17,6 +17,8 @@ the spawn fails). Scenarios:
   of each tag to OUT/expected-<tag>-<rank>.pt.
 - ``resume``: loads ``latest`` (validated) into a fresh engine and checks it against
   OUT/expected-<tag>-<rank>.pt.
+- ``exit`` (1 rank): an async save left pending when the process exits normally; the exit
+  commits it.
 - ``features``: retention (keep_last), a stock TorchCheckpointEngine tag loaded through ours,
   a flipped byte refused by a validated load, bad options and tags refused with nothing written,
   keys/dtype filtered loads.
@@ -314,6 +316,19 @@ def features(rank: int, out: str, stage: int) -> None:
     done(out, "features", rank)
 
 
+def exit_pending(rank: int, out: str, stage: int) -> None:
+    """An async save that nothing committed: the interpreter's exit commits it."""
+    import fastpersist.deepspeed as fds
+
+    a = fds.install(make_engine(0, stage, False), async_save=True)
+    train(a, 2, seed=0)
+    torch.save(snapshot(a), os.path.join(out, f"expected-t1-{rank}.pt"))
+    a.save_checkpoint(os.path.join(out, "ckpt"), tag="t1")
+    assert fds.installed(a).pending() == "t1"
+    done(out, "exit", rank)
+    # returns: the process exits normally (no os._exit), and atexit commits t1
+
+
 def _rank(rank: int, world: int, port: int, fn: Any, *args: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_SIZE=str(world),
@@ -326,6 +341,8 @@ def _rank(rank: int, world: int, port: int, fn: Any, *args: Any) -> None:
     dist.barrier()
     sys.stdout.flush()
     sys.stderr.flush()
+    if fn is exit_pending:
+        return  # a normal exit: atexit handlers run (one rank: no gloo threads to outlive it)
     os._exit(0)  # see _foreign_writers._rank: gloo threads can outlive finalization
 
 
@@ -336,7 +353,8 @@ def main(argv: List[str]) -> None:
     fns = {"roundtrip": (roundtrip, lambda: (rest[0] == "1", rest[1] == "1")),
            "kill": (kill, lambda: (int(rest[0]), rest[1])),
            "resume": (resume, lambda: ()),
-           "features": (features, lambda: ())}
+           "features": (features, lambda: ()),
+           "exit": (exit_pending, lambda: ())}
     fn, extra = fns[scenario]
     try:
         mp.spawn(_rank, args=(world, port, fn, out, stage, *extra()), nprocs=world)

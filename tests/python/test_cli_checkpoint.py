@@ -142,7 +142,8 @@ def test_list_empty_root_and_bad_paths(tmp_path):
     proc = run_cli("list", tmp_path)
     assert proc.returncode == 0 and "no committed checkpoints" in proc.stdout
     assert json.loads(run_cli("list", tmp_path, "--json").stdout) == {
-        "kind": "root", "root": str(tmp_path), "latest": None, "checkpoints": [], "skipped": []}
+        "kind": "root", "root": str(tmp_path), "latest": None, "checkpoints": [], "skipped": [],
+        "foreign_tags": []}
     missing = run_cli("list", tmp_path / "nope")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert not (tmp_path / "nope").exists()

@@ -94,6 +94,17 @@ def test_sigkill_mid_save_leaves_latest_loadable(tmp_path: Path, stage: int, wor
     assert (tmp_path / "resumed-0").read_text() == latest.strip()
 
 
+def test_interpreter_exit_commits_a_pending_async_save(tmp_path: Path) -> None:
+    """An async save that no step, wait or load committed is committed at interpreter exit,
+    and loads (validated) as it was saved."""
+    run_child("exit", tmp_path, 1, 1)
+    root = tmp_path / "ckpt"
+    assert (root / "latest").read_text() == "t1\n"
+    assert (root / "t1" / "manifest.json").is_file()
+    run_child("resume", tmp_path, 1, 1)
+    assert (tmp_path / "resumed-0").read_text() == "t1"
+
+
 @pytest.mark.parametrize("stage,world", [(1, 2), (3, 2), (2, 1)])
 def test_retention_stock_tags_damage_bad_tags_and_filters(tmp_path: Path, stage: int,
                                                           world: int) -> None:

@@ -96,7 +96,7 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         self.closed = False
         self.last_commit: Optional[Dict[str, Any]] = None  # what the last commit wrote
         # This rank's counters: the last save's files (bytes; lent to the writer, not copied;
-        # copied) and the loads since reset_load_stats() (files, bytes, seconds in load()).
+        # copied), and its loads (files, bytes, seconds in load(); reset by assigning).
         self.save_stats: Dict[str, int] = {}
         self.load_stats: Dict[str, float] = {"files": 0, "bytes": 0, "seconds": 0.0}
         self.transform: Optional[Any] = None  # load_checkpoint's dtype/keys, for one load

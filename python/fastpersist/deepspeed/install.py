@@ -77,8 +77,7 @@ def _wrap(engine: Any) -> None:
         ours = installed(engine)
         if tag is not None:
             _core.validate_tag(str(tag))  # before DeepSpeed makes any folder
-        ours.expect(int(engine.global_steps), {"zero_stage": int(engine.zero_optimization_stage()),
-                                               "save_latest": bool(save_latest)})
+        ours.expect(int(engine.global_steps), {"zero_stage": int(engine.zero_optimization_stage())})
         result = save(save_dir, tag=tag, client_state={} if client_state is None else client_state,
                       save_latest=False, exclude_frozen_parameters=exclude_frozen_parameters)
         ours.saved()
