@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,9 +21,11 @@
 namespace fastpersist {
 namespace {
 
-// persist() hashes and writes a borrowed piece in slices of this size, so each slice is hashed
-// while it is still in the cache and the writer's zero-copy path keeps its alignment.
+// persist() hands the writer a large piece in slices of this size (multiples of the alignment,
+// so the writer's zero-copy path keeps it); check_object_file reads in chunks of this size.
 constexpr size_t kSliceBytes = size_t{8} << 20;
+// Streams at least this long are hashed on a second thread while they are written.
+constexpr uint64_t kParallelHashMinBytes = uint64_t{4} << 20;
 // write() copies into blocks of this size (a block holds several small pieces end to end).
 constexpr size_t kCopyBlockBytes = size_t{1} << 20;
 
@@ -74,17 +77,23 @@ class DeferredFileWriter::Impl {
       return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)").with_path(path_);
     }
     FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> out, FastFileWriter::open(path_, options_.writer, engine_));
-    Xxh3Stream hash;
-    for (const Piece& p : pieces_) {
-      for (size_t off = 0; off < p.bytes; off += kSliceBytes) {
-        size_t n = std::min(kSliceBytes, p.bytes - off);
-        if (options_.checksums) hash.update(p.data + off, n);
-        Status st_write = out->write(p.data + off, n);
-        if (!st_write.is_ok()) {
-          out->abort();
-          return st_write;
-        }
-      }
+    // The checksum is computed on a second core while this thread stages and writes: both only
+    // read the pieces, each in order, and share nothing until the join.
+    // A small stream is hashed on this thread, after its writes.
+    uint64_t digest = 0;
+    std::thread hasher;
+    if (options_.checksums && stats_.bytes >= kParallelHashMinBytes) {
+      hasher = std::thread([this, &digest] { digest = hash_pieces(); });
+    }
+    Status written = write_pieces(*out);
+    if (hasher.joinable()) {
+      hasher.join();
+    } else if (options_.checksums) {
+      digest = hash_pieces();
+    }
+    if (!written.is_ok()) {
+      out->abort();
+      return written;
     }
     FP_RETURN_IF_ERROR(out->close());
     release();
@@ -92,7 +101,7 @@ class DeferredFileWriter::Impl {
     record.name = name_;
     record.role = "objects";
     record.size = stats_.bytes;
-    record.checksum = options_.checksums ? hash.digest() : 0;
+    record.checksum = digest;
     record.checksum_bytes = stats_.bytes;
     record.rank = options_.rank;
     return record;
@@ -111,6 +120,21 @@ class DeferredFileWriter::Impl {
   const std::string& path() const { return path_; }
 
  private:
+  uint64_t hash_pieces() const {
+    Xxh3Stream hash;
+    for (const Piece& p : pieces_) hash.update(p.data, p.bytes);
+    return hash.digest();
+  }
+
+  Status write_pieces(FastFileWriter& out) {
+    for (const Piece& p : pieces_) {
+      for (size_t off = 0; off < p.bytes; off += kSliceBytes) {
+        FP_RETURN_IF_ERROR(out.write(p.data + off, std::min(kSliceBytes, p.bytes - off)));
+      }
+    }
+    return Status::ok();
+  }
+
   // Whether [p, p + n) lies inside one lent range.
   bool lent(const std::byte* p, size_t n) const {
     auto begin = reinterpret_cast<uintptr_t>(p);
