@@ -246,12 +246,13 @@ def features(rank: int, out: str, stage: int) -> None:
     import fastpersist.deepspeed as fds
 
     root = os.path.join(out, "ckpt")
-    # A tag of DeepSpeed's own engine, then ours next to it; ours loads both.
-    a = make_engine(0, stage, False)
+    # A tag of DeepSpeed's own engine, then ours next to it; ours loads both. DeepSpeed's config
+    # parser keeps the "fastpersist" section it does not know; install() reads it.
+    a = make_engine(0, stage, False, fastpersist={"keep_last": 2})
     train(a, 2, seed=0)
     ref_stock = snapshot(a)
     a.save_checkpoint(root, tag="stock")
-    fds.install(a, keep_last=2)
+    fds.install(a)  # keep_last=2 from the config's "fastpersist" section (make_engine above)
     for i in range(4):
         train(a, 1, seed=10 + i)
         a.save_checkpoint(root, tag=f"r{i}")

@@ -27,6 +27,15 @@ def _gpt2_large() -> Any:
     return GPT2LMHeadModel(cfg)
 
 
+def _gpt2_medium() -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # Not in DeepSpeedExamples' list: the size that fits twice on a 24 GB machine with its Adam
+    # state (multi-rank runs of `python -m fastpersist.bench deepspeed --world 2`).
+    cfg = GPT2Config(n_embd=1024, n_layer=24, n_head=16, n_positions=1024, vocab_size=50257)
+    return GPT2LMHeadModel(cfg)
+
+
 def _phi3() -> Any:
     from transformers import Phi3Config, Phi3ForCausalLM
 
@@ -51,6 +60,7 @@ def _llama3_1b() -> Any:
 MODELS: Dict[str, Callable[[], Any]] = {
     "tiny-t5": _tiny_t5,
     "gpt2-large": _gpt2_large,
+    "gpt2-medium": _gpt2_medium,
     "phi3": _phi3,
     "llama3-1B": _llama3_1b,
 }
