@@ -2,6 +2,7 @@
 // `fastpersist list ROOT`: the committed checkpoints of a root, oldest to newest, the one
 // `latest` names, and the directories that look like checkpoints but would not load (with the
 // reason). Reads manifests only (cheap); `fastpersist verify ROOT` checks every byte.
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "command.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/foreign_checkpoint.h"
+#include "fastpersist/layout.h"
 #include "fastpersist/object_store.h"
 #include "format.h"
 
@@ -50,6 +52,16 @@ TierView tier_view(const std::string& root, const std::vector<CheckpointInfo>& l
     v.also_in[p.info.tag].assign(p.roots.begin() + 1, p.roots.end());
   }
   return v;
+}
+
+// What <root>/latest says (its first line), "" when there is none: DeepSpeed's engine writes it
+// without a newline, fastpersist with one.
+std::string latest_pointer_text(const std::string& root) {
+  std::ifstream in(root + "/" + std::string(kLatestFileName));
+  std::string line;
+  if (!in || !std::getline(in, line) || line.size() > 4096) return "";
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
 }
 
 std::string joined_or_dash(const std::vector<std::string>& items) {
@@ -177,9 +189,11 @@ int print_root_listing(const std::string& command, const std::string& root, bool
     std::cout << foreign.size() << (foreign.size() == 1 ? " DeepSpeed tag" : " DeepSpeed tags")
               << " without a fastpersist manifest (written by DeepSpeed's own engine: no checksums, "
                  "so they cannot be verified; they load through fastpersist.deepspeed):\n";
+    const std::string pointer = latest_pointer_text(root);
     for (const ForeignTag& f : foreign) {
       std::cout << "  " << f.tag << ": " << f.files << (f.files == 1 ? " file, " : " files, ")
-                << format_bytes(f.bytes) << "\n";
+                << format_bytes(f.bytes) << (pointer == f.tag ? " (the `latest` file names it)" : "")
+                << "\n";
     }
   }
   std::cout.flush();

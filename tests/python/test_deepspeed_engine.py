@@ -138,6 +138,10 @@ def test_retention_stock_tags_damage_bad_tags_and_filters(tmp_path: Path, stage:
         whole = subprocess.run([str(CLI), "verify", str(root)], capture_output=True, text=True,
                                timeout=300)
         assert "UNVERIFIED stock" in whole.stdout and "DAMAGED  r2" in whole.stdout, whole.stdout
+        (root / "latest").write_text("stock")  # as DeepSpeed's own engine writes it
+        listed = subprocess.run([str(CLI), "list", str(root)], capture_output=True, text=True,
+                                timeout=300)
+        assert "(the `latest` file names it)" in listed.stdout, listed.stdout
 
 
 # ----------------------------------------------------------------------------- options
