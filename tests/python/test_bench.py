@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -99,3 +100,28 @@ def test_unknown_folder_is_a_clear_error(tmp_path):
                        timeout=120, check=False)
     assert r.returncode != 0 and "not a directory" in r.stderr and "Traceback" not in r.stderr
 
+
+
+def test_deepspeed_bench_prints_the_seed_lines_and_a_table(tmp_path):
+    """`python -m fastpersist.bench deepspeed` on a real DeepSpeed engine (tiny-t5, ZeRO 1, one
+    rank): the seed's line for each engine it can build, durable or not said on each, DeepSpeed's
+    FastCheckpointEngine shown with the reason when it cannot be built, and the table."""
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install deepspeed)")
+    pytest.importorskip("transformers")
+    import os
+
+    env = dict(os.environ, DS_ACCELERATOR="cpu")
+    r = subprocess.run([sys.executable, "-m", "fastpersist.bench", "deepspeed", "--model",
+                        "tiny-t5", "--optimizer", "--zero_stage", "1", "--folder", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    for tag, durable in (("ds_torch_engine", "not durable"), ("ds_torch_engine_fsync", "durable"),
+                         ("fastpersist", "durable"), ("fastpersist_async", "durable at the next step")):
+        assert re.search(rf"^{tag} {RESULT[:-1]} \[{durable}\]$", out, re.M), (tag, out)
+    assert re.search(r"^ds_fast_engine -- (skipped: .+|\d+\.\d\d GB, .+)$", out, re.M), out
+    assert re.search(r"^fastpersist_async -- save_checkpoint blocked \d+\.\d\d secs", out, re.M)
+    assert "load +GB" in out and "vs torch+fsync" in out
+    # Every tag was removed after its load; what stays is DeepSpeed's scripts and latest files.
+    left = sorted(p.name for p in (tmp_path / "ds_tiny-t5").iterdir() if p.is_dir())
+    assert left == [], left
