@@ -28,7 +28,25 @@ PathLike = Union[str, "os.PathLike[str]"]
 _MiB = 1 << 20
 
 
-class FastFileWriter:
+class WriteOnlyFile:
+    """The surface ``torch.save`` asks of a write-only, non-seekable file object whose bytes are
+    committed by the object itself (``close()``, ``persist()``), not by ``flush()``. No
+    ``fileno()``: torch then hands every byte to ``write()``."""
+
+    def flush(self) -> None:
+        """Nothing to do: the writer commits the bytes itself. torch.save calls this at the end."""
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+
+class FastFileWriter(WriteOnlyFile):
     """A write-only file object for ``torch.save`` backed by the fastpersist engine.
 
     ``with FastFileWriter(path) as f: torch.save(obj, f)`` commits the file when the block ends
@@ -125,18 +143,6 @@ class FastFileWriter:
         if self._progress is not None:
             self._progress(int(self._w.bytes_written))
         return n
-
-    def flush(self) -> None:
-        """Nothing to do: data is committed by close(). torch.save calls this at the end."""
-
-    def writable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
 
     def close(self) -> None:
         """Commits the file. Idempotent. Raises OSError if any write failed (no file is left).

@@ -297,6 +297,28 @@ def features(rank: int, out: str, stage: int) -> None:
             else:
                 same(before[name], after[name], f"kept {name}")
 
+    # A pointer file is untrusted: a `latest` naming a path outside the folder is refused by
+    # both loads before anything is read.
+    import torch.distributed as dist
+
+    if rank == 0:
+        with open(os.path.join(root, "latest"), "w") as f:
+            f.write("../../etc")
+    dist.barrier()
+    for load in (lambda: fds.load_checkpoint(b, root), lambda: b.load_checkpoint(root),
+                 lambda: fds.load_checkpoint(b, root, "../ckpt/r3")):
+        try:
+            load()
+        except ValueError as e:
+            assert "is not a tag name" in str(e), str(e)
+        else:
+            raise AssertionError("a tag leading out of the folder was loaded")
+    dist.barrier()
+    if rank == 0:
+        with open(os.path.join(root, "latest"), "w") as f:
+            f.write("r3\n")
+    dist.barrier()
+
     # A flipped byte: a validated load names the file, on every rank.
     if rank == 0:
         victim = sorted(glob.glob(os.path.join(root, "r2", "*optim_states.pt")))[-1]
@@ -305,8 +327,6 @@ def features(rank: int, out: str, stage: int) -> None:
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0x10]))
-    import torch.distributed as dist
-
     dist.barrier()
     try:
         fds.load_checkpoint(b, root, "r2")

@@ -155,6 +155,9 @@ def test_options_are_checked_before_anything_runs() -> None:
         merge_options({}, {"fastpersist": {"bogus": 1}})
     with pytest.raises(ValueError, match="'keep_last' is 3 in install.* 5 in the DeepSpeed"):
         merge_options({"keep_last": 3}, {"fastpersist": {"keep_last": 5}})
+    with pytest.raises(ValueError, match="'block_size' is 1048576 in the DeepSpeed config's "
+                       "\"fastpersist\" section but 2097152 in the DeepSpeed config's \"aio\""):
+        merge_options({}, {"fastpersist": {"block_size": 1 << 20}, "aio": {"block_size": 2 << 20}})
     with pytest.raises(ValueError, match="'compression'.*not supported"):
         merge_options({"compression": "zstd"}, None)
     with pytest.raises(ValueError, match="keep_last must be >= 1"):

@@ -88,7 +88,6 @@ class FastPersistCheckpointEngine(CheckpointEngine):
                                          timeout=datetime.timedelta(seconds=settings.timeout))
         self._managers: Dict[str, Any] = {}  # rank 0: save folder -> _core.CheckpointManager
         self._save: Optional[_Save] = None
-        self._decoupled_info: Optional[CheckpointCommitInfo] = None
         self._executor: Optional[ThreadPoolExecutor] = None
         self._manifests: Dict[str, Any] = {}  # tag folder -> (manifest or None) for loads
         self._warned: set = set()
@@ -154,7 +153,6 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         if s is None or str(info.tag) != s.tag:
             return True  # nothing of ours is open (a commit DeepSpeed repeats)
         self._save = None
-        self._decoupled_info = None
         self.save_stats = dict(s.stats)
         for future, _keep in s.jobs:
             try:
@@ -213,14 +211,8 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         self.load_stats["seconds"] += time.perf_counter() - started
         return state if self.transform is None else self.transform(state)
 
-    def is_data_parallel_writer(self, dp_rank: int) -> bool:
-        return dp_rank == 0
-
     def is_decoupled(self) -> bool:
         return self.settings.async_save
-
-    def set_commit_info(self, info: CheckpointCommitInfo) -> None:
-        self._decoupled_info = info
 
     def get_commit_info(self) -> Optional[CheckpointCommitInfo]:
         """The save that the next optimizer step commits (DeepSpeed then writes ``latest`` only

@@ -10,6 +10,7 @@ behind zero-copy tensors would stay alive, with the parts nobody adopted, for th
 from __future__ import annotations
 
 import contextlib
+import importlib
 import pickle
 import threading
 from typing import Any, Iterator, List, Optional, cast
@@ -18,11 +19,13 @@ import torch
 
 from .. import _core
 from ..errors import CheckpointCorruptError
+from ..import_deepspeed import STAND_INS
 from ..serialization import _fast_save_settings
+from ..writer import WriteOnlyFile
 from .settings import EngineSettings
 
 
-class CapturedFile:
+class CapturedFile(WriteOnlyFile):
     """The file object torch.save writes into: write() records, persist() writes the file."""
 
     def __init__(self, directory: str, name: str, settings: EngineSettings,
@@ -46,18 +49,6 @@ class CapturedFile:
 
     def write(self, data: Any) -> int:
         return int(self._w.write(data))
-
-    def flush(self) -> None:
-        """Nothing to do: persist() writes the file."""
-
-    def writable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
 
     def persist(self) -> Any:
         """Writes the file (GIL released) and returns its ``_core.ManifestFile`` record."""
@@ -108,15 +99,16 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 
 # ----------------------------------------------------------------------------- loading
 def deepspeed_safe_globals() -> List[Any]:
-    """The DeepSpeed classes its checkpoint files pickle (loss scalers, the ZeRO stage enum,
-    fragment addresses): allowed in weights_only loads of the engine's own files."""
+    """The real DeepSpeed classes behind the globals its checkpoint files pickle (the names
+    fastpersist.import_deepspeed stands in for: loss scalers, the ZeRO stage enum, fragment
+    addresses), allowed in weights_only loads of the engine's own files."""
     found: List[Any] = []
-    for module, names in (("deepspeed.runtime.fp16.loss_scaler", ("LossScaler", "DynamicLossScaler")),
-                          ("deepspeed.runtime.zero.config", ("ZeroStageEnum",)),
-                          ("deepspeed.utils.tensor_fragment", ("fragment_address",))):
+    for _, dotted in STAND_INS:
+        module, _, name = dotted.rpartition(".")
         with contextlib.suppress(ImportError):
-            mod = __import__(module, fromlist=list(names))
-            found.extend(getattr(mod, n) for n in names if hasattr(mod, n))
+            cls = getattr(importlib.import_module(module), name, None)
+            if cls is not None:
+                found.append(cls)
     return found
 
 

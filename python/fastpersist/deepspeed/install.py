@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import weakref
 from typing import Any, Optional
 
@@ -84,12 +85,34 @@ def _wrap(engine: Any) -> None:
         return result
 
     @functools.wraps(load)
-    def load_checkpoint(*args: Any, **kwargs: Any) -> Any:
+    def load_checkpoint(load_dir: Any, tag: Optional[Any] = None, *args: Any, **kwargs: Any) -> Any:
         installed(engine).wait()
-        return load(*args, **kwargs)
+        return load(load_dir, resolve_tag(engine, load_dir, tag), *args, **kwargs)
 
     engine.save_checkpoint = save_checkpoint
     engine.load_checkpoint = load_checkpoint
+
+
+def resolve_tag(engine: Any, load_dir: Any, tag: Optional[Any]) -> Optional[str]:
+    """The tag a load reads: `tag`, or the one the pointer file names (``latest``, or
+    ``latest_universal`` for a universal load, as DeepSpeed picks it; None when there is none).
+    Either must be a plain tag name: a pointer file is untrusted input, and a name such as
+    ``../../x`` would send the load outside `load_dir` (ValueError)."""
+    where = "the tag"
+    if tag is None:
+        name = "latest_universal" if engine.load_universal_checkpoint() else "latest"
+        pointer = os.path.join(os.fspath(load_dir), name)
+        if not os.path.isfile(pointer):
+            return None
+        with open(pointer, "rb") as f:
+            tag = f.read(4097).decode("utf-8", errors="replace").strip()
+        where = f"the tag {pointer} names"
+    tag = str(tag)
+    try:
+        _core.validate_tag(tag)
+    except ValueError as e:
+        raise ValueError(f"fastpersist: {where} ({tag[:200]!r}) is not a tag name: {e}") from None
+    return tag
 
 
 def _close_at_exit(ours: FastPersistCheckpointEngine) -> None:

@@ -12,8 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 
-from .. import _core
-from .install import installed
+from .install import installed, resolve_tag
 
 Keys = Union[None, str, Iterable[str], Callable[[str], bool]]
 DType = Union[None, torch.dtype, Mapping[str, torch.dtype]]
@@ -25,7 +24,8 @@ def load_checkpoint(engine: Any, load_dir: Any, tag: Optional[Any] = None, *, dt
     ``engine.load_checkpoint`` returns: ``(load_path, client_state)``.
 
     Args:
-        tag: the tag; None: the one ``load_dir/latest`` names.
+        tag: the tag; None: the one ``load_dir/latest`` names (as DeepSpeed picks it). A tag that
+            is not a plain tag name is refused (ValueError): it could lead outside `load_dir`.
         dtype: a torch dtype for every floating weight of the model, or ``{pattern: dtype}``
             (fnmatch patterns over the weights' names, first match wins), applied to the model
             states file's ``module`` before DeepSpeed copies it into the model (the seed's
@@ -45,13 +45,8 @@ def load_checkpoint(engine: Any, load_dir: Any, tag: Optional[Any] = None, *, dt
     cast = _dtype_rule(dtype)
     ours.wait()
     load_dir = os.fspath(load_dir)
-    if tag is None:
-        latest = os.path.join(load_dir, _core.layout.LATEST_FILE_NAME)
-        if os.path.isfile(latest):
-            with open(latest) as f:
-                tag = f.read().strip()
+    tag = resolve_tag(engine, load_dir, tag)
     if tag is not None:
-        tag = str(tag)
         folder = os.path.join(load_dir, tag)
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"fastpersist: no tag {tag!r} in {load_dir}")

@@ -84,26 +84,37 @@ class EngineSettings:
 def merge_options(given: Mapping[str, Any], ds_config: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     """The options from ``install(**given)``, the config's "fastpersist" section and the knobs
     its "aio" section spells out. Unknown names, and values given twice that differ, raise a
-    ValueError naming them."""
+    ValueError naming them and where each came from."""
     check_names(given, "fastpersist.deepspeed.install()")
-    merged: Dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if ds_config is None:
-        return merged
-    section = ds_config.get("fastpersist")
-    if section is not None:
-        if not isinstance(section, Mapping):
-            raise ValueError("fastpersist: the DeepSpeed config's \"fastpersist\" section must be "
-                             f"an object, got {type(section).__name__}")
-        check_names(section, "the DeepSpeed config's \"fastpersist\" section")
-        _merge(merged, {k: v for k, v in section.items() if v is not None},
-               "the DeepSpeed config's \"fastpersist\" section")
-    aio = ds_config.get("aio")
-    if isinstance(aio, Mapping):
-        knobs: Dict[str, Any] = {}
-        for key, name in _AIO.items():
-            if aio.get(key) is not None and name not in knobs:
-                knobs[name] = aio[key]
-        _merge(merged, knobs, "the DeepSpeed config's \"aio\" section")
+    sources = [("install()", given)]
+    if ds_config is not None:
+        section = ds_config.get("fastpersist")
+        if section is not None:
+            where = "the DeepSpeed config's \"fastpersist\" section"
+            if not isinstance(section, Mapping):
+                raise ValueError(f"fastpersist: {where} must be an object, got "
+                                 f"{type(section).__name__}")
+            check_names(section, where)
+            sources.append((where, section))
+        aio = ds_config.get("aio")
+        if isinstance(aio, Mapping):
+            knobs: Dict[str, Any] = {}
+            for key, name in _AIO.items():  # intra_op_parallelism wins over thread_count
+                if aio.get(key) is not None and name not in knobs:
+                    knobs[name] = aio[key]
+            sources.append(("the DeepSpeed config's \"aio\" section", knobs))
+    merged: Dict[str, Any] = {}
+    origin: Dict[str, str] = {}
+    for where, options in sources:
+        for name, value in options.items():
+            if value is None:
+                continue
+            if name in merged and merged[name] != value:
+                raise ValueError(f"fastpersist: option {name!r} is {merged[name]!r} in "
+                                 f"{origin[name]} but {value!r} in {where}; give it once, or "
+                                 "the same value")
+            merged[name] = value
+            origin[name] = where
     return merged
 
 
@@ -114,11 +125,3 @@ def check_names(options: Mapping[str, Any], where: str) -> None:
         if name not in OPTIONS:
             raise ValueError(f"fastpersist: unknown option {name!r} in {where}; the DeepSpeed "
                              f"engine takes: {', '.join(sorted(OPTIONS))}")
-
-
-def _merge(into: Dict[str, Any], more: Mapping[str, Any], where: str) -> None:
-    for name, value in more.items():
-        if name in into and into[name] != value:
-            raise ValueError(f"fastpersist: option {name!r} is {into[name]!r} in install() but "
-                             f"{value!r} in {where}; give it once, or the same value")
-        into[name] = value
