@@ -67,6 +67,11 @@ class CheckpointCommit {
   const std::string& tag() const;
   // The temporary directory every writer writes into (exists until commit or abort).
   const std::string& directory() const;
+  // With CheckpointOptions::incremental, the full checkpoint of the root that the writers may
+  // reference (incremental.h: each writes its tensors against it and records references to its
+  // files); chosen, and kept from removal, until the commit is over. "" when the checkpoint is
+  // to be full (not incremental, no base yet, or full_every reached).
+  const std::string& base_tag() const;
   // Whether commit() succeeded or abort() ran: the commit is over either way.
   bool finished() const;
 

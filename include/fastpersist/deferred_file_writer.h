@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fastpersist/fast_file_writer.h"
 #include "fastpersist/io_engine.h"
@@ -48,6 +49,20 @@ struct DeferredFileWriterStats {
   uint64_t pieces = 0;          // what persist() will write, in order
 };
 
+// The stream taken apart (take_pieces): the pieces recorded by address, where each lies in the
+// stream, and every other byte in stream order.
+struct DeferredStream {
+  struct Borrowed {
+    uint64_t offset = 0;  // in the stream
+    const std::byte* data = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::string name;
+  uint64_t size = 0;
+  std::vector<Borrowed> borrowed;
+  std::string rest;
+};
+
 class DeferredFileWriter {
  public:
   // `name` must be a plain file name (kInvalidArgument otherwise) that does not exist in
@@ -66,6 +81,10 @@ class DeferredFileWriter {
   // Writes the stream into the new file, durable as the options say, and returns its record.
   // On failure no file is left. Once: kInvalidArgument when called again or after abort().
   Result<ManifestFile> persist();
+  // Instead of persist(): the stream taken apart, for a writer of its own (split_file.h). The
+  // writer is finished; the borrowed memory must stay alive while the result is used. Once:
+  // kInvalidArgument when called again or after persist() or abort().
+  Result<DeferredStream> take_pieces();
   // Forgets the stream (and its copies); no file is written. Idempotent.
   void abort();
 

@@ -26,6 +26,7 @@
 #include "tensor_tuple.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/split_file.h"
 #include "fastpersist/tensor_codec.h"
 #include "fastpersist/safetensors.h"
 
@@ -249,6 +250,18 @@ class PyCheckpointReader {
     return nb::bytes(bytes.data(), bytes.size());
   }
 
+  // A split file (split_file.h) reassembled: the bytes the serializer produced, in a new bytes
+  // object filled without the GIL (nobody else can see it yet).
+  nb::bytes read_split_file(const std::string& name, bool verify) {
+    SplitFileReader split = unwrap(without_gil([&] { return SplitFileReader::open(*reader_, name); }));
+    if (split.size() > static_cast<uint64_t>(PY_SSIZE_T_MAX)) throw nb::value_error("read_split_file: too large");
+    nb::object out = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(split.size())));
+    if (!out.is_valid()) throw nb::python_error();
+    auto* data = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(out.ptr()));
+    check(without_gil([&] { return split.read_into(data, split.size(), verify); }));
+    return nb::borrow<nb::bytes>(out);
+  }
+
   const Manifest& manifest() const { return reader_->manifest(); }
   const std::string& dir() const { return reader_->dir(); }
 
@@ -398,6 +411,9 @@ void bind_checkpoint(nb::module_& m) {
            "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none(),
            "device_tensors"_a = std::map<size_t, nb::object>())
       .def("read_objects", &PyCheckpointReader::read_objects)
+      .def("read_split_file", &PyCheckpointReader::read_split_file, "name"_a, "verify"_a,
+           "A split file (a DeepSpeed tag saved compressed or incremental) reassembled into the bytes "
+           "torch.save produced; pieces checksum-checked with verify.")
       .def("read_file", &PyCheckpointReader::read_file, "name"_a,
            "The whole objects-role file `name`, checksum-checked (KeyError-like NotFound when not listed).")
       .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)

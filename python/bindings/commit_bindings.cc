@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "bindings.h"
+#include "deferred_writer.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/shard_writer.h"
+#include "fastpersist/split_file.h"
 #include "tensor_tuple.h"
 
 namespace fastpersist::python {
@@ -34,6 +36,7 @@ class PyShardWriter {
     ShardWriterOptions o;
     static_cast<DataFileOptions&>(o) = options;
     o.rank = rank;
+    o.content_digests = options.content_digests || options.incremental;  // a future base is hashed
     writer_ = unwrap(without_gil([&] { return ShardWriter::create(o); }));
   }
 
@@ -44,6 +47,23 @@ class PyShardWriter {
     for (const TensorTuple& t : tensors) sources.push_back(tensor_source(t));
     ShardWriteResult r = unwrap(without_gil([&] { return get().write(directory, sources); }));
     return nb::make_tuple(r.files, r.tensors, r.bytes_written);
+  }
+
+  // Writes DeferredFileWriters' streams as split files (split_file.h), against the base
+  // checkpoint `base_tag` of `root` when given. The writers' lent memory is released
+  // afterwards, whatever happened.
+  SplitWriteResult write_split(const std::string& directory, const std::vector<PyDeferredFileWriter*>& files,
+                        std::optional<std::string> root, std::optional<std::string> base_tag) {
+    std::vector<DeferredFileWriter*> raw;
+    for (PyDeferredFileWriter* f : files) {
+      if (f == nullptr) throw nb::type_error("write_split: None among the files");
+      raw.push_back(&f->get());
+    }
+    std::optional<SplitBase> base;
+    if (base_tag && !base_tag->empty()) base = SplitBase{root.value_or(""), *base_tag};
+    auto r = without_gil([&] { return write_split_files(directory, raw, get(), base); });
+    for (PyDeferredFileWriter* f : files) f->release_lent();
+    return unwrap(std::move(r));
   }
 
   ShardWriter& get() {
@@ -61,12 +81,24 @@ class PyShardWriter {
 void bind_commit(nb::module_& m) {
   using namespace nb::literals;
 
+  nb::class_<SplitWriteResult>(m, "SplitWriteResult", "What one rank's split files became (split_file.h).")
+      .def_ro("files", &SplitWriteResult::files)
+      .def_ro("tensors", &SplitWriteResult::tensors)
+      .def_ro("bytes_written", &SplitWriteResult::bytes_written)
+      .def_ro("referenced_bytes", &SplitWriteResult::referenced_bytes)
+      .def_ro("references_base", &SplitWriteResult::references_base);
+
   nb::class_<PyShardWriter>(m, "ShardWriter",
                             "Writes tensors into new data files of a directory (one rank's share of a "
                             "distributed checkpoint); commits nothing.")
       .def(nb::init<const CheckpointOptions&, std::optional<uint32_t>>(), "options"_a, "rank"_a.none())
       .def("write", &PyShardWriter::write, "directory"_a, "tensors"_a,
            "Writes (name, dtype, shape, tensor) tuples; returns (files, tensors, bytes_written).")
+      .def("write_split", &PyShardWriter::write_split, "directory"_a, "files"_a, "root"_a.none(),
+           "base_tag"_a.none(),
+           "Writes DeferredFileWriters (finished with write(), not persisted) as split files: their "
+           "lent pieces as U8 tensors '<name>#<k>', the rest as skeleton files <name>; against the "
+           "base checkpoint root/base_tag when given.")
       .def_prop_ro("staging_bytes", [](PyShardWriter& w) { return w.get().staging_bytes(); })
       .def("close", &PyShardWriter::close, "Frees the writer's staging memory and engine.");
 
@@ -74,6 +106,8 @@ void bind_commit(nb::module_& m) {
                                "A checkpoint that other writers fill and this process commits.")
       .def_prop_ro("tag", &CheckpointCommit::tag)
       .def_prop_ro("directory", &CheckpointCommit::directory)
+      .def_prop_ro("base_tag", &CheckpointCommit::base_tag,
+                   "Incremental: the checkpoint the writers may reference ('' for a full one).")
       .def_prop_ro("finished", &CheckpointCommit::finished)
       .def_prop_ro("retention_error",
                    [](const CheckpointCommit& c) {

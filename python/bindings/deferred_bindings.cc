@@ -15,71 +15,11 @@
 
 #include "bindings.h"
 #include "checked_buffer.h"
+#include "deferred_writer.h"
 #include "fastpersist/deferred_file_writer.h"
 #include "fastpersist/io_engine.h"
 
 namespace fastpersist::python {
-namespace {
-
-class PyDeferredFileWriter {
- public:
-  PyDeferredFileWriter(const std::string& directory, const std::string& name, const EngineOptions& engine_options,
-                       const FastFileWriterOptions& writer_options, bool checksums, std::optional<uint32_t> rank) {
-    DeferredFileWriterOptions o;
-    o.writer = writer_options;
-    o.checksums = checksums;
-    o.rank = rank;
-    writer_ = unwrap(without_gil([&]() -> Result<std::unique_ptr<DeferredFileWriter>> {
-      FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
-      return DeferredFileWriter::create(directory, name, o, std::shared_ptr<IoEngine>(std::move(engine)));
-    }));
-  }
-
-  void borrow(nb::handle memory) {
-    CheckedBuffer b = checked_buffer(memory, MemoryUse::kRead, MemoryPlace::kHost, "borrowed memory");
-    if (b.nbytes == 0) return;
-    writer_->borrow(b.data, b.nbytes);
-    lent_.push_back(std::move(b.pin));
-  }
-
-  size_t write(nb::handle data) {
-    CheckedBuffer b = checked_buffer(data, MemoryUse::kRead, MemoryPlace::kHost, "data");
-    check(writer_->write(b.data, b.nbytes));
-    return b.nbytes;
-  }
-
-  ManifestFile persist() {
-    Result<ManifestFile> r = without_gil([&] { return writer_->persist(); });
-    lent_.clear();
-    return unwrap(std::move(r));
-  }
-
-  void abort() {
-    without_gil([&] {
-      writer_->abort();
-      return 0;
-    });
-    lent_.clear();
-  }
-
-  nb::dict stats() const {
-    DeferredFileWriterStats s = writer_->stats();
-    nb::dict d;
-    d["bytes"] = s.bytes;
-    d["borrowed_bytes"] = s.borrowed_bytes;
-    d["copied_bytes"] = s.copied_bytes;
-    d["pieces"] = s.pieces;
-    return d;
-  }
-
-  const std::string& path() const { return writer_->path(); }
-
- private:
-  std::unique_ptr<DeferredFileWriter> writer_;
-  std::vector<nb::object> lent_;  // the exports of borrowed memory, released after persist/abort
-};
-
-}  // namespace
 
 void bind_deferred(nb::module_& m) {
   using namespace nb::literals;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "fastpersist/checksum.h"
 #include "fastpersist/dtype.h"
 #include "fastpersist/manifest.h"
 
@@ -21,9 +22,13 @@ namespace fastpersist::python {
 
 namespace {
 
-// What a record pickles to (records travel between the ranks of a distributed save).
+// What a record pickles to (records travel between the ranks of a distributed save). The
+// XXH3-128 digest travels as its hex form ("" without one): a rank's incremental save records it
+// so that the next one can reference this checkpoint. XOR delta bases are written by the
+// single-process manager only and never travel.
 using TensorState = std::tuple<std::string, std::string, std::vector<uint64_t>, std::string, uint64_t, uint64_t,
-                               uint64_t, std::string, uint64_t, std::vector<uint64_t>, std::vector<uint64_t>>;
+                               uint64_t, std::string, uint64_t, std::vector<uint64_t>, std::vector<uint64_t>,
+                               std::string>;
 using FileState = std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t, std::optional<uint32_t>>;
 
 }  // namespace
@@ -43,6 +48,13 @@ void bind_manifest(nb::module_& m) {
       .def_ro("stored_length", &ManifestTensor::stored_length)
       .def_ro("global_shape", &ManifestTensor::global_shape)
       .def_ro("shard_offsets", &ManifestTensor::shard_offsets)
+      .def_prop_ro(
+          "digest",
+          [](const ManifestTensor& t) -> std::optional<std::string> {
+            if (!t.digest) return std::nullopt;
+            return digest_to_hex(*t.digest);
+          },
+          "the XXH3-128 of the raw bytes (hex), recorded for incremental saves; None without one")
       .def(
           "with_block",
           [](const ManifestTensor& t, std::vector<uint64_t> global_shape, std::vector<uint64_t> shard_offsets) {
@@ -56,14 +68,21 @@ void bind_manifest(nb::module_& m) {
           "(the commit checks that it fits).")
       .def("__getstate__",
            [](const ManifestTensor& t) {
+             if (t.delta_base) throw nb::value_error("a record with an XOR delta base does not pickle");
              return TensorState(t.name, t.dtype, t.shape, t.file, t.offset, t.length, t.checksum, t.encoding,
-                                t.stored_length, t.global_shape, t.shard_offsets);
+                                t.stored_length, t.global_shape, t.shard_offsets,
+                                t.digest ? digest_to_hex(*t.digest) : std::string());
            })
       .def("__setstate__",
            [](ManifestTensor& t, const TensorState& st) {
              new (&t) ManifestTensor();
+             std::string digest;
              std::tie(t.name, t.dtype, t.shape, t.file, t.offset, t.length, t.checksum, t.encoding,
-                      t.stored_length, t.global_shape, t.shard_offsets) = st;
+                      t.stored_length, t.global_shape, t.shard_offsets, digest) = st;
+             if (!digest.empty()) {
+               t.digest = digest_from_hex(digest);
+               if (!t.digest) throw nb::value_error("a pickled record's digest is not 32 hex digits");
+             }
            })
       .def("__repr__", [](const ManifestTensor& t) {
         return nb::str("ManifestTensor({!r}, {}, {})").format(utf8_str(t.name), t.dtype, t.shape);

@@ -30,7 +30,12 @@
     weights (:mod:`fastpersist.import_deepspeed`).
 
   Their pickles are loaded with the restricted loaders of those modules unless
-  ``--unsafe-pickle``. Any other directory is refused, saying what convert looked for.
+  ``--unsafe-pickle``.
+
+  A DeepSpeed tag that :mod:`fastpersist.deepspeed` saved with ``compression`` or
+  ``incremental`` (stored split: :mod:`fastpersist.split_tags`) converts the other way: into
+  the plain tag DST (``ROOT/TAG``), its files byte for byte what ``torch.save`` produced, for
+  DeepSpeed's own engine, ``zero_to_fp32`` and ``ds_to_universal``. Any other directory is refused, saying what convert looked for.
 - DST: ``*.safetensors`` is a safetensors file; ``*.pt``, ``*.pth``, ``*.bin``, ``*.ckpt`` a torch
   file (written with :func:`fastpersist.save`, loadable by ``torch.load``); anything else is a new
   checkpoint directory ``ROOT/TAG`` written with :class:`fastpersist.CheckpointManager`, where
@@ -72,8 +77,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _core, import_dcp, import_deepspeed
+from . import _core, import_dcp, import_deepspeed, split_tags
 from .checkpoint_state import flatten_state
+from .errors import CheckpointLockedError
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
 
 __all__ = ["ConvertError", "convert", "main"]
@@ -428,6 +434,8 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
     if os.path.exists(dest.path) and os.path.samefile(source.path, dest.path):
         raise ConvertUsageError("SRC and DST are the same file")
     notes = list(source.notes)
+    if source.kind == "checkpoint" and _is_split_deepspeed_tag(source.path):
+        return _convert_split_tag(source, dest, progress, prefix, compression, compression_level)
     state = _load(source, unsafe_pickle, prefix, _reporter(progress, "read", source.path))
     report = _reporter(progress, "write", dest.path)
     if prefix is not None:
@@ -485,6 +493,36 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
     lines = [f"converted {what} {source.path} -> {written}: "
              f"{count} tensor{'s' if count != 1 else ''}, {_human(nbytes)}"]
     return lines + [f"note: {n}" for n in notes]
+
+
+def _is_split_deepspeed_tag(path: str) -> bool:
+    try:
+        manifest = _core.CheckpointReader(path, _core.EngineOptions()).manifest
+    except (OSError, ValueError):
+        return False  # _load reports what is wrong with it
+    return split_tags.is_split_tag(manifest)
+
+
+def _convert_split_tag(source: _Source, dest: _Destination, progress: Optional[Progress],
+                       prefix: Optional[str], compression: Optional[str],
+                       compression_level: Optional[int]) -> List[str]:
+    """A DeepSpeed tag saved compressed or incremental -> the plain tag DST (ROOT/TAG)."""
+    if dest.kind != "checkpoint":
+        raise ConvertUsageError(
+            f"SRC {source.path} is a DeepSpeed tag stored split (saved with compression or "
+            "incremental): it converts into a plain DeepSpeed tag folder, DST ROOT/TAG, whose "
+            f"files torch.load and DeepSpeed read; not into a {dest.kind} file")
+    if prefix is not None or compression is not None or compression_level is not None:
+        raise ConvertUsageError("--prefix, --compression and --compression-level do not apply "
+                                "to a DeepSpeed tag: its files are written back as they were")
+    try:
+        done = split_tags.convert_split_tag(source.path, dest.root, dest.tag,
+                                            _reporter(progress, "write", dest.path))
+    except (OSError, ValueError, CheckpointLockedError) as e:
+        raise ConvertError(f"cannot convert {source.path}: {e}") from None
+    return [f"converted DeepSpeed tag {source.path} (stored split) -> plain DeepSpeed tag "
+            f"{dest.path} (root {dest.root}, tag {dest.tag}; `latest` names it): "
+            f"{done['files']} file{'s' if done['files'] != 1 else ''}, {_human(done['bytes'])}"]
 
 
 def _parser(prog: Optional[str]) -> argparse.ArgumentParser:

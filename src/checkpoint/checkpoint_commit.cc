@@ -76,6 +76,7 @@ CheckpointCommit::~CheckpointCommit() { (void)abort(); }
 
 const std::string& CheckpointCommit::tag() const { return state_->tag; }
 const std::string& CheckpointCommit::directory() const { return state_->directory; }
+const std::string& CheckpointCommit::base_tag() const { return state_->base_tag; }
 bool CheckpointCommit::finished() const { return state_->finished; }
 const Status& CheckpointCommit::retention_error() const { return state_->retention; }
 
@@ -84,6 +85,7 @@ Status CheckpointCommit::commit(CommitContent content) {
   if (s.finished) {
     return Status(StatusCode::kInvalidArgument, "checkpoint '" + s.tag + "' was already committed or aborted");
   }
+  std::shared_ptr<const Manifest> committed;
   Status outcome = [&]() -> Status {
     std::lock_guard link(s.manager->mu);
     if (s.manager->host == nullptr) return closed_manager(s.tag);
@@ -92,8 +94,10 @@ Status CheckpointCommit::commit(CommitContent content) {
     Manifest manifest = build_manifest(s, std::move(content), sequence);
     FP_RETURN_IF_ERROR(check_commit(s, manifest));
     uint64_t manifest_bytes = 0;
-    return checkpoint::commit_temp_directory(
-        {s.root, s.tag, s.directory, s.durable, &host.pointer_mutex()}, manifest, &manifest_bytes);
+    FP_RETURN_IF_ERROR(checkpoint::commit_temp_directory(
+        {s.root, s.tag, s.directory, s.durable, &host.pointer_mutex()}, manifest, &manifest_bytes));
+    committed = std::make_shared<const Manifest>(std::move(manifest));
+    return Status::ok();
   }();
   if (!outcome.is_ok()) {
     (void)abort();
@@ -102,8 +106,8 @@ Status CheckpointCommit::commit(CommitContent content) {
   s.finished = true;
   std::lock_guard link(s.manager->mu);
   if (s.manager->host != nullptr) {
-    s.retention = s.manager->host->after_commit(s.tag);
-    s.manager->host->release_tag(s.tag);
+    s.retention = s.manager->host->after_commit(s.tag, committed);
+    s.manager->host->release_tag(s.tag, s.base_tag);
   }
   return Status::ok();
 }
@@ -114,7 +118,7 @@ Status CheckpointCommit::abort() {
   s.finished = true;
   Status removed = checkpoint::remove_tree(s.directory);
   std::lock_guard link(s.manager->mu);
-  if (s.manager->host != nullptr) s.manager->host->release_tag(s.tag);
+  if (s.manager->host != nullptr) s.manager->host->release_tag(s.tag, s.base_tag);
   return removed;
 }
 

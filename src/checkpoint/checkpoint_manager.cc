@@ -56,15 +56,20 @@ struct CheckpointManager::Impl : CommitHost {
     return next_sequence++;
   }
   std::mutex& pointer_mutex() override { return pointer_mu; }
-  Status after_commit(const std::string& tag) override {
+  Status after_commit(const std::string& tag, const std::shared_ptr<const Manifest>& manifest) override {
+    {
+      std::lock_guard lock(mu);
+      note_committed_locked(tag, manifest);
+    }
     if (drainer) drainer->committed(tag);
     if (!options.keep_last) return Status::ok();
     auto removed = prune_now(options.keep_last, options.keep_every, tag);
     return removed.is_ok() ? Status::ok() : retention_failure(tag, removed.status());
   }
-  void release_tag(const std::string& tag) override {
+  void release_tag(const std::string& tag, const std::string& base_tag) override {
     std::lock_guard lock(mu);
     pending_tags.erase(tag);
+    if (!base_tag.empty()) bases_in_use.erase(bases_in_use.find(base_tag));
     cv.notify_all();
   }
 
@@ -109,23 +114,10 @@ struct CheckpointManager::Impl : CommitHost {
       uint64_t bytes = 0;
       std::shared_ptr<const Manifest> committed;
       Status st = checkpoint::run_save_job(job, options, *writer, &bytes, &committed);
-      if (st.is_ok() && options.incremental) {
-        std::lock_guard l(mu);
-        if (job.state->base_tag.empty()) {
-          base = {job.tag, committed};  // a full checkpoint: the base of the next ones
-          saves_since_base = 0;
-        } else {
-          ++saves_since_base;
-          // XOR deltas are sized only once written: one larger than half its base says the
-          // base has aged, so the next save is full (a fresh base).
-          if (options.xor_deltas && 2 * checkpoint::own_stored_bytes(*committed) > checkpoint::own_stored_bytes(*base.manifest)) {
-            saves_since_base = options.full_every;
-          }
-        }
-      }
       {
         std::lock_guard l(mu);
-        base_in_use.clear();
+        if (st.is_ok()) note_committed_locked(job.tag, committed);
+        if (!job.base_tag.empty()) bases_in_use.erase(bases_in_use.find(job.base_tag));
       }
       if (st.is_ok() && drainer) drainer->committed(job.tag);  // pinned before retention runs
       Status retention;
@@ -148,19 +140,43 @@ struct CheckpointManager::Impl : CommitHost {
 
   // Incremental saves: the base the next save compares against, unless full_every says this
   // one is full or the base has gone (removed while nothing referenced it). The base stays in
-  // use, so not removable, until the save ends.
-  void choose_base_locked(checkpoint::SaveJob* job) {
-    if (!options.incremental) return;
-    if (!base.manifest || saves_since_base + 1 >= options.full_every) return;
+  // use, so not removable, until the save ends (the caller erases it from bases_in_use).
+  std::shared_ptr<const Manifest> choose_base_locked(std::string* tag) {
+    if (!options.incremental) return nullptr;
+    if (!base.manifest || saves_since_base + 1 >= options.full_every) return nullptr;
     struct stat st {};
     std::string manifest = join_path(join_path(root, base.tag), kManifestFileName);
     if (::lstat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       base = {};
+      return nullptr;
+    }
+    *tag = base.tag;
+    bases_in_use.insert(base.tag);
+    return base.manifest;
+  }
+  void choose_base_locked(checkpoint::SaveJob* job) { job->base = choose_base_locked(&job->base_tag); }
+
+  // Incremental saves: `tag` committed with `manifest` (a save's or a commit's). A full one that
+  // recorded digests becomes the base of the next saves; one that references the base counts
+  // towards full_every.
+  void note_committed_locked(const std::string& tag, const std::shared_ptr<const Manifest>& manifest) {
+    if (!options.incremental || !manifest) return;
+    const bool references = std::any_of(manifest->files.begin(), manifest->files.end(),
+                                        [](const ManifestFile& f) { return !referenced_checkpoint(f).empty(); });
+    if (!references) {
+      const bool hashed = std::any_of(manifest->tensors.begin(), manifest->tensors.end(),
+                                      [](const ManifestTensor& t) { return t.digest.has_value(); });
+      base = hashed ? Base{tag, manifest} : Base{};
+      saves_since_base = 0;
       return;
     }
-    job->base_tag = base.tag;
-    job->base = base.manifest;
-    base_in_use = base.tag;
+    ++saves_since_base;
+    // XOR deltas are sized only once written: one larger than half its base says the base has
+    // aged, so the next save is full (a fresh base).
+    if (options.xor_deltas && base.manifest &&
+        2 * checkpoint::own_stored_bytes(*manifest) > checkpoint::own_stored_bytes(*base.manifest)) {
+      saves_since_base = options.full_every;
+    }
   }
 
   // At open: the base of the newest checkpoint, so incremental saves go on where a previous
@@ -193,7 +209,7 @@ struct CheckpointManager::Impl : CommitHost {
   // incremental save is comparing against (under mu).
   std::string busy_reason_locked(const std::string& tag) const {
     if (pending_tags.count(tag) != 0) return "checkpoint '" + tag + "' is being saved; wait for it first";
-    if (!base_in_use.empty() && tag == base_in_use) {
+    if (bases_in_use.count(tag) != 0) {
       return "checkpoint '" + tag + "' is the base of an incremental save in progress; wait for it first";
     }
     return drainer ? drainer->pin_reason(tag) : "";
@@ -351,7 +367,7 @@ struct CheckpointManager::Impl : CommitHost {
     std::shared_ptr<const Manifest> manifest;
   } base;
   unsigned saves_since_base = 0;
-  std::string base_in_use;
+  std::multiset<std::string> bases_in_use;  // bases of the saves and commits in progress
   bool stop = false;
   bool closed = false;
   std::mutex close_mu;  // serializes close(); taken before mu
@@ -580,6 +596,7 @@ Result<std::unique_ptr<CheckpointCommit>> CheckpointManager::begin_commit(const 
         .with_path(state->directory);
   }
   m.pending_tags.insert(tag);
+  (void)m.choose_base_locked(&state->base_tag);  // released by release_tag
   return std::make_unique<CheckpointCommit>(std::move(state));
 }
 

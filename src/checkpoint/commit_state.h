@@ -10,6 +10,7 @@
 #include <string>
 
 #include "fastpersist/checkpoint_commit.h"
+#include "fastpersist/manifest.h"
 
 namespace fastpersist {
 
@@ -21,10 +22,10 @@ class CommitHost {
   virtual Result<uint64_t> take_sequence() = 0;
   // Serializes `latest` updates with the manager's removals.
   virtual std::mutex& pointer_mutex() = 0;
-  // Retention after `tag` committed.
-  virtual Status after_commit(const std::string& tag) = 0;
-  // `tag` is no longer being saved.
-  virtual void release_tag(const std::string& tag) = 0;
+  // `tag` committed with `manifest`: incremental bookkeeping, tiers, then retention.
+  virtual Status after_commit(const std::string& tag, const std::shared_ptr<const Manifest>& manifest) = 0;
+  // `tag` is no longer being saved, and `base_tag` (when not empty) no longer its base.
+  virtual void release_tag(const std::string& tag, const std::string& base_tag) = 0;
 };
 
 struct CommitLink {
@@ -37,6 +38,7 @@ struct CheckpointCommit::State {
   std::string tag;
   std::string directory;
   bool durable = true;
+  std::string base_tag;  // incremental: the checkpoint the writers may reference ("" none)
   std::shared_ptr<CommitLink> manager;
   bool finished = false;
   Status retention;

@@ -37,6 +37,7 @@ bool plain_name(const std::string& name) {
 struct Piece {
   const std::byte* data;
   size_t bytes;
+  bool borrowed;
 };
 
 }  // namespace
@@ -60,7 +61,7 @@ class DeferredFileWriter::Impl {
     stats_.bytes += bytes;
     const auto* src = static_cast<const std::byte*>(data);
     if (bytes >= options_.borrow_min_bytes && lent(src, bytes)) {
-      pieces_.push_back({src, bytes});
+      pieces_.push_back({src, bytes, true});
       stats_.borrowed_bytes += bytes;
       return Status::ok();
     }
@@ -105,6 +106,26 @@ class DeferredFileWriter::Impl {
     record.checksum_bytes = stats_.bytes;
     record.rank = options_.rank;
     return record;
+  }
+
+  Result<DeferredStream> take_pieces() {
+    if (finished_) return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished").with_path(path_);
+    finished_ = true;
+    DeferredStream out;
+    out.name = name_;
+    out.size = stats_.bytes;
+    out.rest.reserve(static_cast<size_t>(stats_.copied_bytes));
+    uint64_t offset = 0;
+    for (const Piece& p : pieces_) {
+      if (p.borrowed) {
+        out.borrowed.push_back({offset, p.data, p.bytes});
+      } else {
+        out.rest.append(reinterpret_cast<const char*>(p.data), p.bytes);
+      }
+      offset += p.bytes;
+    }
+    release();
+    return out;
   }
 
   void abort() {
@@ -155,10 +176,11 @@ class DeferredFileWriter::Impl {
       std::memcpy(block.data() + block_used_, src, n);
       const std::byte* at = block.data() + block_used_;
       // A piece that continues the previous copy in the same block extends it.
-      if (!pieces_.empty() && pieces_.back().data + pieces_.back().bytes == at && block_used_ != 0) {
+      if (!pieces_.empty() && !pieces_.back().borrowed && pieces_.back().data + pieces_.back().bytes == at &&
+          block_used_ != 0) {
         pieces_.back().bytes += n;
       } else {
-        pieces_.push_back({at, n});
+        pieces_.push_back({at, n, false});
       }
       block_used_ += n;
       src += n;
@@ -212,6 +234,7 @@ DeferredFileWriter::~DeferredFileWriter() = default;
 void DeferredFileWriter::borrow(const void* data, size_t bytes) { impl_->borrow(data, bytes); }
 Status DeferredFileWriter::write(const void* data, size_t bytes) { return impl_->write(data, bytes); }
 Result<ManifestFile> DeferredFileWriter::persist() { return impl_->persist(); }
+Result<DeferredStream> DeferredFileWriter::take_pieces() { return impl_->take_pieces(); }
 void DeferredFileWriter::abort() { impl_->abort(); }
 DeferredFileWriterStats DeferredFileWriter::stats() const { return impl_->stats(); }
 const std::string& DeferredFileWriter::path() const { return impl_->path(); }

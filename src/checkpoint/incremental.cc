@@ -131,4 +131,68 @@ std::vector<ManifestFile> referenced_files(const Manifest& base, const std::stri
   return out;
 }
 
+
+namespace {
+
+// The changed tensors of `all` written, the unchanged ones recorded as references; records in
+// the order of `all`, then the base files the references point into.
+Result<ShardWriteResult> write_changed(ShardWriter& writer, const std::string& directory,
+                                       const std::vector<TensorSource>& all, const BaseMatch& match,
+                                       const IncrementalBase& base, const ShardWriteCallbacks& callbacks) {
+  std::vector<TensorSource> changed;
+  std::vector<std::optional<DeltaSource>> deltas;  // XOR deltas: per changed tensor
+  bool any_delta = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (match.base_index[i]) continue;
+    changed.push_back(all[i]);
+    deltas.emplace_back();
+    if (match.delta_index[i]) {
+      FP_ASSIGN_OR_RETURN(deltas.back(), delta_source(*base.manifest, base.tag, base.dir, *match.delta_index[i]));
+      any_delta = true;
+    }
+  }
+  if (!any_delta) deltas.clear();
+  FP_ASSIGN_OR_RETURN(ShardPlan plan, writer.plan(changed, deltas));
+  FP_ASSIGN_OR_RETURN(ShardWriteResult data, writer.write(directory, changed, plan, callbacks));
+  std::vector<ManifestTensor> written = std::move(data.tensors);
+  data.tensors.clear();
+  size_t next_written = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    data.tensors.push_back(match.base_index[i] ? referenced_tensor(*base.manifest, base.tag, *match.base_index[i])
+                                               : std::move(written[next_written++]));
+  }
+  for (ManifestFile& f : referenced_files(*base.manifest, base.tag, data.tensors)) data.files.push_back(std::move(f));
+  return data;
+}
+
+}  // namespace
+
+Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& directory,
+                                  const std::vector<TensorSource>& tensors, const ShardPlan* full_plan,
+                                  const IncrementalBase* base, bool xor_deltas, unsigned threads,
+                                  const ShardWriteCallbacks& callbacks) {
+  // With a base, the tensors are hashed first, to know which to write. Without one the write is
+  // full and the writer records the digests from the staged bytes, in the checksum's pass.
+  std::vector<std::optional<ContentDigest>> digests;
+  BaseMatch match;
+  if (base != nullptr) {
+    digests = digest_tensors(tensors, threads);
+    match = match_base(tensors, digests, *base->manifest, xor_deltas);
+  }
+  TensorWrite out;
+  out.references_base = base != nullptr && match.worth_it();
+  Result<ShardWriteResult> written =
+      out.references_base ? write_changed(writer, directory, tensors, match, *base, callbacks)
+      : full_plan != nullptr ? writer.write(directory, tensors, *full_plan, callbacks)
+                             : writer.write(directory, tensors, callbacks);
+  FP_RETURN_IF_ERROR(written.status());
+  out.data = std::move(written).value();
+  for (size_t i = 0; i < digests.size(); ++i) {
+    // A referenced tensor keeps the base's digest, which is the same.
+    if (digests[i] && !out.data.tensors[i].digest) out.data.tensors[i].digest = digests[i];
+  }
+  if (out.references_base) out.referenced_bytes = match.referenced_bytes;
+  return out;
+}
+
 }  // namespace fastpersist::checkpoint

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,5 +75,34 @@ uint64_t own_stored_bytes(const Manifest& m);
 // "<base_tag>/<file>"), each once, in the base's order.
 std::vector<ManifestFile> referenced_files(const Manifest& base, const std::string& base_tag,
                                            const std::vector<ManifestTensor>& tensors);
+
+
+// A committed full checkpoint that a save compares against and may reference.
+struct IncrementalBase {
+  std::string tag;
+  std::string dir;  // its directory
+  std::shared_ptr<const Manifest> manifest;
+};
+
+// What write_tensors wrote.
+struct TensorWrite {
+  // Records in the order of the tensors (each with its XXH3-128 where one was computed), then
+  // the records of the base files that references point into.
+  ShardWriteResult data;
+  bool references_base = false;   // some tensor is a reference into (or a delta against) the base
+  uint64_t referenced_bytes = 0;  // raw bytes of the unchanged tensors (0 for a full write)
+};
+
+// Step 2 of a save, full or incremental. Without `base`, writes every tensor (following
+// `full_plan` when given, made by writer.plan from the same list). With `base`, hashes the
+// tensors first (on `threads` threads, 0: one per core), matches them against it and, when
+// BaseMatch::worth_it, writes only the changed ones and records the others as references (with
+// `xor_deltas`, a changed float tensor may become a delta against its previous version);
+// otherwise it writes them all after all. The source memory must stay unchanged until
+// callbacks.on_snapshot_done.
+Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& directory,
+                                  const std::vector<TensorSource>& tensors, const ShardPlan* full_plan,
+                                  const IncrementalBase* base, bool xor_deltas, unsigned threads,
+                                  const ShardWriteCallbacks& callbacks = {});
 
 }  // namespace fastpersist::checkpoint

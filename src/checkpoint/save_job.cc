@@ -67,41 +67,6 @@ Status check_aliases(const CheckpointContent& c) {
   return Status::ok();
 }
 
-// Step 2 of an incremental save: only the tensors that differ from the base are written; the
-// others become references. The records come back in the caller's order, like a full write's.
-Result<ShardWriteResult> write_changed(const SaveJob& job, const std::string& tmp, ShardWriter& writer,
-                                       const BaseMatch& match, const ShardWriteCallbacks& callbacks) {
-  const std::vector<TensorSource>& all = job.content.tensors;
-  std::vector<TensorSource> changed;
-  std::vector<std::optional<DeltaSource>> deltas;  // XOR deltas: per changed tensor
-  bool any_delta = false;
-  const std::string base_dir = join_path(job.root, job.base_tag);
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (match.base_index[i]) continue;
-    changed.push_back(all[i]);
-    deltas.emplace_back();
-    if (match.delta_index[i]) {
-      FP_ASSIGN_OR_RETURN(deltas.back(), delta_source(*job.base, job.base_tag, base_dir, *match.delta_index[i]));
-      any_delta = true;
-    }
-  }
-  if (!any_delta) deltas.clear();
-  FP_ASSIGN_OR_RETURN(ShardPlan plan, writer.plan(changed, deltas));
-  FP_ASSIGN_OR_RETURN(ShardWriteResult data, writer.write(tmp, changed, plan, callbacks));
-  std::vector<ManifestTensor> written = std::move(data.tensors);
-  data.tensors.clear();
-  size_t next_written = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    data.tensors.push_back(match.base_index[i]
-                               ? referenced_tensor(*job.base, job.base_tag, *match.base_index[i])
-                               : std::move(written[next_written++]));
-  }
-  for (ManifestFile& f : referenced_files(*job.base, job.base_tag, data.tensors)) {
-    data.files.push_back(std::move(f));
-  }
-  return data;
-}
-
 Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOptions& options,
                  ShardWriter& writer, uint64_t* bytes_written, std::shared_ptr<const Manifest>* committed) {
   // 1.
@@ -111,27 +76,17 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   // 2.
   ShardWriteCallbacks callbacks;
   callbacks.on_snapshot_done = [&job] { job.state->mark_snapshot_done(); };
-  // With a base, the tensors are hashed first, to know which to write. Without one the save is
-  // full and the writer records the digests from the staged bytes, in the checksum's pass.
-  std::vector<std::optional<ContentDigest>> digests;
-  if (job.base) digests = digest_tensors(job.content.tensors, options.compression_threads);
-  BaseMatch match;
-  if (job.base) match = match_base(job.content.tensors, digests, *job.base, options.xor_deltas);
-  const bool incremental = job.base && match.worth_it();
-  Result<ShardWriteResult> written =
-      incremental ? write_changed(job, tmp, writer, match, callbacks)
-                  : writer.write(tmp, job.content.tensors, job.plan, callbacks);
-  FP_RETURN_IF_ERROR(written.status());
-  ShardWriteResult data = std::move(written).value();
-  for (size_t i = 0; i < digests.size(); ++i) {
-    // A referenced tensor keeps the base's digest, which is the same.
-    if (digests[i] && !data.tensors[i].digest) data.tensors[i].digest = digests[i];
-  }
+  IncrementalBase base;
+  if (job.base) base = {job.base_tag, join_path(job.root, job.base_tag), job.base};
+  FP_ASSIGN_OR_RETURN(TensorWrite written,
+                      write_tensors(writer, tmp, job.content.tensors, &job.plan, job.base ? &base : nullptr,
+                                    options.xor_deltas, options.compression_threads, callbacks));
+  ShardWriteResult data = std::move(written.data);
   {
     std::lock_guard lock(job.state->mu);
     job.state->checksum_seconds = data.checksum_seconds;
-    job.state->base_tag = incremental ? job.base_tag : "";
-    job.state->referenced_bytes = incremental ? match.referenced_bytes : 0;
+    job.state->base_tag = written.references_base ? job.base_tag : "";
+    job.state->referenced_bytes = written.referenced_bytes;
   }
   const uint64_t data_bytes = data.bytes_written;
   // 3.

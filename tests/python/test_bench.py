@@ -117,10 +117,13 @@ def test_deepspeed_bench_prints_the_seed_lines_and_a_table(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
     for tag, durable in (("ds_torch_engine", "not durable"), ("ds_torch_engine_fsync", "durable"),
-                         ("fastpersist", "durable"), ("fastpersist_async", "durable at the next step")):
+                         ("fastpersist", "durable"), ("fastpersist_async", "durable at the next step"),
+                         ("fastpersist_zstd", "durable"), ("fastpersist_incremental", "durable")):
         assert re.search(rf"^{tag} {RESULT[:-1]} \[{durable}\]$", out, re.M), (tag, out)
     assert re.search(r"^ds_fast_engine -- (skipped: .+|\d+\.\d\d GB, .+)$", out, re.M), out
     assert re.search(r"^fastpersist_async -- save_checkpoint blocked \d+\.\d\d secs", out, re.M)
+    assert re.search(r"^fastpersist_incremental -- with no step since the base, \d+\.\d\d GB",
+                     out, re.M), out
     assert "load +GB" in out and "vs torch+fsync" in out
     # Every tag was removed after its load; what stays is DeepSpeed's scripts and latest files.
     left = sorted(p.name for p in (tmp_path / "ds_tiny-t5").iterdir() if p.is_dir())

@@ -9,7 +9,11 @@ model (built from its config) in a DeepSpeed engine saves one tag per checkpoint
   accelerator: skipped with DeepSpeed's error elsewhere);
 - ``fastpersist``: fastpersist.deepspeed.install(engine), synchronous;
 - ``fastpersist_async``: the same with async_save=True: the time save_checkpoint blocks, what the
-  next training step pays (its time minus a step without a save), and the time to the commit.
+  next training step pays (its time minus a step without a save), and the time to the commit;
+- ``fastpersist_zstd``: compression="zstd" (a split tag: readable through fastpersist, or after
+  ``fastpersist convert``);
+- ``fastpersist_incremental``: incremental=True, saved after an untimed full base with no step
+  between (frozen weights): what a save costs when nothing changed.
 
 Each line reads ``tag -- X GB, Y secs, Z GB/s`` (sizes summed over the tag folder) and says
 whether the tag is durable when the save returns. With fio installed, fio's best O_DIRECT write
@@ -210,6 +214,23 @@ def _rank(rank: int, args: argparse.Namespace, port: int) -> None:
         results[-1]["step_paid"] = max(0.0, timing["step"] - base_step)
         # The row's save time is what training paid (the line above has the time to commit).
         results[-1]["save"] = timing["blocked"] + results[-1]["step_paid"]
+    if wanted("fastpersist_zstd"):  # a split tag: storages compressed on every core
+        fds.install(engine, compression="zstd", **knobs)
+        measure("fastpersist_zstd", "durable", lambda tag: engine.save_checkpoint(root, tag=tag),
+                ours_load, after_save=lambda tag: say(
+                    f"fastpersist_zstd -- {fds.installed(engine).save_stats.get('bytes', 0) / _GB:.2f}"
+                    f" GB of files stored in {fds.installed(engine).save_stats.get('written_bytes', 0) / _GB:.2f}"
+                    " GB on rank 0", flush=True))
+    if wanted("fastpersist_incremental"):  # unchanged weights (frozen): references to a base
+        fds.install(engine, incremental=True, **knobs)
+        engine.save_checkpoint(root, tag="incremental_base")  # untimed: the full base
+        measure("fastpersist_incremental", "durable", lambda tag: engine.save_checkpoint(root, tag=tag),
+                ours_load, after_save=lambda tag: say(
+                    f"fastpersist_incremental -- with no step since the base, "
+                    f"{fds.installed(engine).save_stats.get('referenced_bytes', 0) / _GB:.2f} GB of rank 0's "
+                    "storages were recorded as references to it, not written", flush=True))
+        if rank == 0:
+            shutil.rmtree(os.path.join(root, "incremental_base"), ignore_errors=True)
     if rank == 0 and results:
         _table(results, _fio_bound(args, root, results) if args.fio else None)
     if hasattr(engine, "_fastpersist_checkpoint_engine"):

@@ -10,6 +10,12 @@ One ``engine.save_checkpoint(save_dir, tag)`` is one fastpersist commit (docs/co
   ``DeferredFileWriter`` that borrows the tensors' storages, and persisted into the temporary
   folder (O_DIRECT, fdatasync, XXH3-64 of the whole file): at once, or with ``async_save`` on a
   background thread while training goes on. Names and bytes are DeepSpeed's own.
+- Compressed or incremental tags (``compression=``, ``incremental=True``) are stored split
+  (include/fastpersist/split_file.h): each file's tensor storages become checkpoint tensors
+  (compressed, or references to the last full tag), the rest a skeleton file under the file's
+  own name. A rank writes all its files at once, in one ``ShardWriter.write_split``, once
+  DeepSpeed has saved them all (at ``commit``, or with ``async_save`` when save_checkpoint
+  returns). Such a tag loads through this engine; ``fastpersist convert`` makes plain files.
 - ``commit(info)``: waits for this rank's files, gathers every rank's file records to rank 0,
   which writes the manifest, renames the folder to ``save_dir/tag`` and replaces ``latest``
   atomically; the outcome reaches every rank. Until that rename no tag exists: a crash of any
@@ -36,8 +42,9 @@ import torch.distributed as dist
 from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointCommitInfo, CheckpointEngine  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
 from .. import _core
+from ..split_tags import SPLIT_KEY, is_split_tag
 from ..errors import CheckpointCorruptError, CheckpointLockedError
-from .files import capture, check, load_file
+from .files import capture, check, load_file, load_split_file
 from .settings import EngineSettings
 
 # How a coordinator's error reaches the other ranks: its class name and message.
@@ -49,19 +56,25 @@ _KNOWN_ERRORS = {cls.__name__: cls for cls in (
 class _Save:
     """One tag between create() and commit()."""
 
-    def __init__(self, info: CheckpointCommitInfo, save_dir: str, tmp: str, commit: Any,
-                 step: Optional[int], metadata: Dict[str, Any]) -> None:
+    def __init__(self, info: CheckpointCommitInfo, save_dir: str, tmp: str, base_tag: str,
+                 commit: Any, step: Optional[int], metadata: Dict[str, Any]) -> None:
         self.info = info
         self.tag = str(info.tag)
         self.save_dir = save_dir
         self.tag_dir = os.path.join(save_dir, self.tag)
         self.tmp = tmp
+        self.base_tag = base_tag  # incremental: the full tag the pieces may reference ("" none)
         self.commit = commit  # rank 0's _core.CheckpointCommit
         self.step = step
         self.metadata = metadata
         self.names: List[str] = []
         self.records: List[Any] = []
+        self.tensors: List[Any] = []  # split tags: the pieces' records
         self.jobs: List[Tuple[Future, Any]] = []  # async: (persist future, state kept alive)
+        # Split tags: the captured files (with their states, kept alive until written), and
+        # the write of all of them (async: a future; sync: run by commit()).
+        self.captured: List[Tuple[Any, Any]] = []
+        self.split_job: Optional[Future] = None
         self.error: Optional[BaseException] = None
         # save_checkpoint returned: every file of the tag is saved (or being written, async).
         # Only such a save may commit outside DeepSpeed's own commit call (wait, exit).
@@ -87,9 +100,10 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             self._group = dist.new_group(backend="gloo",
                                          timeout=datetime.timedelta(seconds=settings.timeout))
         self._managers: Dict[str, Any] = {}  # rank 0: save folder -> _core.CheckpointManager
+        self._shard_writer: Any = None  # split tags: this rank's _core.ShardWriter (staging reused)
         self._save: Optional[_Save] = None
         self._executor: Optional[ThreadPoolExecutor] = None
-        self._manifests: Dict[str, Any] = {}  # tag folder -> (manifest or None) for loads
+        self._manifests: Dict[str, Any] = {}  # tag folder -> (key, reader) for loads
         self._warned: set = set()
         self._next: Dict[str, Any] = {"step": None, "metadata": {}}
         self.closed = False
@@ -111,8 +125,9 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             _core.validate_tag(tag)
             return self._manager(save_dir).begin_commit(tag)
 
-        commit, tmp = self._coordinate(begin, lambda c: c.directory)
-        self._save = _Save(info, save_dir, tmp, commit, self._next["step"], self._next["metadata"])
+        commit, (tmp, base_tag) = self._coordinate(begin, lambda c: (c.directory, c.base_tag))
+        self._save = _Save(info, save_dir, tmp, base_tag, commit, self._next["step"],
+                           self._next["metadata"])
         self._next = {"step": None, "metadata": {}}
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
@@ -141,7 +156,9 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             for key, value in f.stats().items():
                 if key in ("bytes", "borrowed_bytes", "copied_bytes"):
                     s.stats[key] = s.stats.get(key, 0) + int(value)
-            if self.settings.async_save:
+            if self.settings.split:
+                s.captured.append((f, state_dict))  # written with the others (_write_split)
+            elif self.settings.async_save:
                 s.jobs.append((self._pool().submit(f.persist), (state_dict, f)))
             else:
                 s.records.append(f.persist())
@@ -154,6 +171,19 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             return True  # nothing of ours is open (a commit DeepSpeed repeats)
         self._save = None
         self.save_stats = dict(s.stats)
+        if self.settings.split and s.error is None:
+            try:
+                result = (s.split_job.result() if s.split_job is not None
+                          else self._write_split(s))
+                s.records.extend(result.files)
+                s.tensors.extend(result.tensors)
+                self.save_stats["referenced_bytes"] = int(result.referenced_bytes)
+                self.save_stats["written_bytes"] = int(result.bytes_written)
+            except BaseException as e:  # noqa: BLE001
+                s.error = e
+        for f, _state in s.captured:
+            f.abort()  # a no-op for a written file; drops the stream of one never written
+        s.captured.clear()
         for future, _keep in s.jobs:
             try:
                 s.records.append(future.result())
@@ -162,20 +192,28 @@ class FastPersistCheckpointEngine(CheckpointEngine):
                     s.error = e
         s.jobs.clear()  # the states may change again
         error = None if s.error is None else (type(s.error).__name__, str(s.error))
-        gathered = self._gather((s.records, error))
+        gathered = self._gather((s.records, s.tensors, error))
 
         def finish() -> Dict[str, Any]:
-            failures = [(r, e) for r, (_, e) in enumerate(gathered) if e is not None]
+            failures = [(r, e) for r, (_, _, e) in enumerate(gathered) if e is not None]
             if failures:
                 s.commit.abort()
                 rank, (kind, text) = failures[0]
                 raise _KNOWN_ERRORS.get(kind, RuntimeError)(
                     f"tag {s.tag!r} was not committed: rank {rank} failed: {text}")
-            files = [rec for records, _ in gathered for rec in records]
+            unique: Dict[str, Any] = {}  # a base file several ranks reference is listed once
+            for records, _, _ in gathered:
+                for rec in records:
+                    unique.setdefault(rec.name, rec)
+            files = list(unique.values())
+            tensors = [t for _, ts, _ in gathered for t in ts]
             metadata = dict(s.metadata, world_size=self.world_size)
+            if self.settings.split:
+                metadata[SPLIT_KEY] = True  # loads reassemble its files (split_tags.py)
             versions = {"torch": torch.__version__, "deepspeed": _deepspeed_version()}
-            s.commit.commit(files, [], s.step, json.dumps({"deepspeed": metadata}), versions,
-                            self.world_size, self.settings.checksums, {})
+            s.commit.commit(files, tensors, s.step,
+                            json.dumps({"deepspeed": metadata}), versions, self.world_size,
+                            self.settings.checksums, {})
             return {"tag": s.tag, "files": len(files), "bytes": sum(int(f.size) for f in files),
                     "retention_error": s.commit.retention_error}
 
@@ -189,7 +227,8 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         started = time.perf_counter()
         path = os.path.abspath(os.fspath(path))
         folder, name = os.path.split(path)
-        manifest = self._manifest(folder)
+        reader = self._reader(folder)
+        manifest = None if reader is None else reader.manifest
         record = None
         checksums = False
         if manifest is None:
@@ -205,9 +244,14 @@ class FastPersistCheckpointEngine(CheckpointEngine):
                                              f"tag {os.path.basename(folder)!r} (its manifest "
                                              "does not list it)")
             checksums = manifest.checksum_algorithm != "none"
-        state = load_file(path, record, checksums, map_location, self.settings.weights_only)
+        if manifest is not None and is_split_tag(manifest):
+            state, size = load_split_file(reader, path, checksums, map_location,
+                                          self.settings.weights_only)
+        else:
+            state = load_file(path, record, checksums, map_location, self.settings.weights_only)
+            size = os.path.getsize(path)
         self.load_stats["files"] += 1
-        self.load_stats["bytes"] += os.path.getsize(path)
+        self.load_stats["bytes"] += size
         self.load_stats["seconds"] += time.perf_counter() - started
         return state if self.transform is None else self.transform(state)
 
@@ -238,9 +282,14 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         return None if self._save is None else self._save.tag
 
     def saved(self) -> None:
-        """save_checkpoint returned: the open save holds every file of its tag."""
-        if self._save is not None:
-            self._save.complete = True
+        """save_checkpoint returned: the open save holds every file of its tag (a split tag's
+        files are then written, in the background with async_save)."""
+        s = self._save
+        if s is None:
+            return
+        s.complete = True
+        if self.settings.split and self.settings.async_save and s.error is None:
+            s.split_job = self._pool().submit(self._write_split, s)
 
     def wait(self) -> None:
         """Commits the save that is still open (async), on every rank together (a collective
@@ -264,6 +313,14 @@ class FastPersistCheckpointEngine(CheckpointEngine):
                 pass
             f.abort()
         s.jobs.clear()
+        if s.split_job is not None:
+            try:
+                s.split_job.result()
+            except BaseException:  # noqa: BLE001 (the save is dropped anyway)
+                pass
+        for f, _state in s.captured:
+            f.abort()
+        s.captured.clear()
         if s.commit is not None:
             s.commit.abort()
 
@@ -278,6 +335,9 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             for m in self._managers.values():
                 m.close()
             self._managers.clear()
+            if self._shard_writer is not None:
+                self._shard_writer.close()
+                self._shard_writer = None
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
@@ -286,11 +346,22 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         """Checks every file of a committed tag (ranks share the files) before it is loaded:
         raises CheckpointCorruptError naming the first bad file on every rank. A tag without a
         manifest (another engine's) cannot be checked: it is reported, not refused."""
-        manifest = self._manifest(folder)
-        if manifest is None:
+        reader = self._reader(folder)
+        if reader is None:
             return {"verified": False, "files": 0}
+        manifest = reader.manifest
         checksums = manifest.checksum_algorithm != "none"
         problem = None
+        if is_split_tag(manifest):
+            # Skeletons and tensors together: fastpersist verify's check, on rank 0.
+            if self.rank == 0:
+                problems = _core.verify_checkpoint(folder, self.settings.engine, None)[0]
+                problem = problems[0] if problems else None
+            problems = [p for p in self._all_gather(problem) if p is not None]
+            if problems:
+                raise CheckpointCorruptError(f"fastpersist: tag {folder} failed validation: "
+                                             f"{problems[0]}")
+            return {"verified": checksums, "files": len(manifest.files)}
         for i, record in enumerate(manifest.files):
             if i % self.world_size != self.rank:
                 continue
@@ -321,8 +392,18 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             self._managers[save_dir] = m
         return m
 
-    def _manifest(self, folder: str) -> Any:
-        """The tag's decoded manifest, None without one; cached by the manifest's identity."""
+    def _write_split(self, s: _Save) -> Any:
+        """This rank's captured files of `s`, written split (GIL released); their states are
+        released after."""
+        if self._shard_writer is None:
+            rank = self.rank if self.world_size > 1 else None
+            self._shard_writer = _core.ShardWriter(self.settings.checkpoint, rank)
+        files = [f.writer for f, _state in s.captured]
+        return self._shard_writer.write_split(s.tmp, files, s.save_dir, s.base_tag or None)
+
+    def _reader(self, folder: str) -> Any:
+        """The tag's ``_core.CheckpointReader``, None without a manifest; cached by the
+        manifest's identity."""
         path = os.path.join(folder, _core.layout.MANIFEST_FILE_NAME)
         try:
             st = os.stat(path)
@@ -332,9 +413,9 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         cached = self._manifests.get(folder)
         if cached is not None and cached[0] == key:
             return cached[1]
-        manifest = _core.CheckpointReader(folder, self.settings.engine).manifest
-        self._manifests[folder] = (key, manifest)
-        return manifest
+        reader = _core.CheckpointReader(folder, self.settings.engine)
+        self._manifests[folder] = (key, reader)
+        return reader
 
     def _coordinate(self, fn: Any, share: Any) -> Tuple[Any, Any]:
         """Runs `fn` on rank 0; returns (its result there and None elsewhere, share(result) on

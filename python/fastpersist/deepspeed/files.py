@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
+import os
 import pickle
 import threading
-from typing import Any, Iterator, List, Optional, cast
+from typing import Any, Iterator, List, Optional, Tuple, cast
 
 import torch
 
@@ -53,6 +55,11 @@ class CapturedFile(WriteOnlyFile):
     def persist(self) -> Any:
         """Writes the file (GIL released) and returns its ``_core.ManifestFile`` record."""
         return self._w.persist()
+
+    @property
+    def writer(self) -> Any:
+        """The ``_core.DeferredFileWriter`` (for ``ShardWriter.write_split``)."""
+        return self._w
 
     def abort(self) -> None:
         self._w.abort()
@@ -150,10 +157,20 @@ def load_file(path: str, record: Optional[Any], checksums: bool, map_location: A
     return state
 
 
-def _torch_load(path: str, map_location: Any, weights_only: bool) -> Any:
+def load_split_file(reader: Any, path: str, checksums: bool, map_location: Any,
+                    weights_only: bool) -> Tuple[Any, int]:
+    """``torch.load`` of a split file (a compressed or incremental tag's), reassembled by C++
+    from its skeleton and its pieces (each checked with `checksums`) into one bytes object;
+    returns the state and the file's size."""
+    data = reader.read_split_file(os.path.basename(path), checksums)
+    return _torch_load(path, map_location, weights_only, io.BytesIO(data)), len(data)
+
+
+def _torch_load(path: str, map_location: Any, weights_only: bool, source: Any = None) -> Any:
     try:
         with torch.serialization.safe_globals(deepspeed_safe_globals()):
-            return torch.load(path, map_location=map_location, weights_only=weights_only)
+            return torch.load(path if source is None else source, map_location=map_location,
+                              weights_only=weights_only)
     except pickle.UnpicklingError as e:
         if not weights_only:
             raise CheckpointCorruptError(f"fastpersist: {path} does not unpickle: {e}") from None

@@ -34,14 +34,22 @@ OPTIONS: Dict[str, str] = {
     "timeout": "seconds a rank waits for the others in a save or a load",
     "weights_only": "load files with torch.load(weights_only=True), DeepSpeed's own classes "
                     "allowed (False: any pickle; only for files you trust)",
+    "compression": "none, zstd or lz4: the tensors of each file compressed (the tag is then "
+                   "stored split, readable through fastpersist or after `fastpersist convert`)",
+    "compression_level": "the codec's level (default: the codec's own)",
+    "compression_threads": "threads that compress (default: one per core)",
+    "incremental": "tensors equal to the last full tag's are stored as references to it (the tag "
+                   "is then stored split, like a compressed one)",
+    "full_every": "incremental: every N-th tag is full",
 }
+
+# The options that store a tag split (include/fastpersist/split_file.h) when they are on.
+SPLIT_OPTIONS = ("compression", "incremental")
 
 # CheckpointManager options that a DeepSpeed tag cannot honour, and why.
 _NOT_HERE = {
-    "compression": "a compressed tag is not a set of plain DeepSpeed files; not supported by the "
-                   "DeepSpeed engine yet",
-    "incremental": "an incremental tag is not a set of plain DeepSpeed files; not supported by "
-                   "the DeepSpeed engine yet",
+    "xor_deltas": "a DeepSpeed file's pieces are untyped bytes, and XOR deltas need float "
+                  "tensors; use incremental=True alone",
 }
 
 # DeepSpeed's "aio" config keys -> our option names.
@@ -56,13 +64,16 @@ class EngineSettings:
         self.given: Dict[str, Any] = {k: v for k, v in options.items() if v is not None}
         engine_knobs = {k: self.given.get(k) for k in
                         ("durable", "checksums", "backend", "block_size", "queue_depth",
-                         "intra_op_parallelism")}
+                         "intra_op_parallelism", "compression", "compression_level",
+                         "compression_threads", "incremental", "full_every")}
         # The C++ options (defaults filled in); raises TypeError/ValueError naming the option.
         self.checkpoint = checkpoint_options(engine_knobs, self.given.get("keep_last"),
                                              self.given.get("keep_every"))
         self.engine = self.checkpoint.engine
         self.durable = bool(self.checkpoint.durable)
         self.checksums = bool(self.checkpoint.checksums)
+        # Compressed or incremental tags are stored split (files.py, split_file.h).
+        self.split = self.checkpoint.compression != "none" or bool(self.checkpoint.incremental)
         w = _core.FastFileWriterOptions()
         w.durable = self.durable
         if "io_buffer_mb" in self.given:

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+// Split files (split_file.h): serialized files stored as a skeleton plus checkpoint tensors.
+#include "fastpersist/split_file.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint/incremental.h"
+#include "fastpersist/checkpoint_commit.h"
+#include "fastpersist/checkpoint_load.h"
+#include "fastpersist/layout.h"
+
+namespace fastpersist {
+namespace {
+
+constexpr size_t kHeaderBytes = 8 + 8 + 8;  // magic, size, count
+constexpr size_t kPieceBytes = 16;          // offset, length
+
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+Status damaged(const std::string& path, const std::string& why) {
+  return Status(StatusCode::kDataLoss, "the split file's skeleton is damaged: " + why).with_path(path);
+}
+
+}  // namespace
+
+std::string split_piece_name(std::string_view file, size_t index) {
+  return std::string(file) + "#" + std::to_string(index);
+}
+
+bool is_split_skeleton(std::string_view head) {
+  return head.size() >= kSplitFileMagic.size() && head.substr(0, kSplitFileMagic.size()) == kSplitFileMagic;
+}
+
+std::string encode_split_skeleton(uint64_t size, const std::vector<SplitPiece>& pieces, std::string_view rest) {
+  std::string out;
+  out.reserve(kHeaderBytes + kPieceBytes * pieces.size() + rest.size());
+  out.append(kSplitFileMagic);
+  put_u64(out, size);
+  put_u64(out, pieces.size());
+  for (const SplitPiece& p : pieces) {
+    put_u64(out, p.offset);
+    put_u64(out, p.length);
+  }
+  out.append(rest);
+  return out;
+}
+
+Result<SplitSkeleton> decode_split_skeleton(std::string_view bytes, const std::string& path) {
+  if (!is_split_skeleton(bytes)) return damaged(path, "it does not start with " + std::string(kSplitFileMagic));
+  if (bytes.size() < kHeaderBytes) return damaged(path, "its header is cut short");
+  SplitSkeleton s;
+  s.size = get_u64(bytes.data() + 8);
+  const uint64_t count = get_u64(bytes.data() + 16);
+  // The count is checked against the bytes present before the table is allocated.
+  if (count > (bytes.size() - kHeaderBytes) / kPieceBytes) {
+    return damaged(path, "it claims " + std::to_string(count) + " pieces, more than its " +
+                             std::to_string(bytes.size()) + " bytes can hold");
+  }
+  s.pieces.reserve(static_cast<size_t>(count));
+  uint64_t end = 0;  // of the previous piece
+  uint64_t pieces_bytes = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const char* p = bytes.data() + kHeaderBytes + i * kPieceBytes;
+    SplitPiece piece{get_u64(p), get_u64(p + 8)};
+    if (piece.length == 0 || piece.offset < end || piece.offset > s.size || piece.length > s.size - piece.offset) {
+      return damaged(path, "piece " + std::to_string(i) + " (offset " + std::to_string(piece.offset) + ", length " +
+                               std::to_string(piece.length) + ") is empty, out of order, overlaps or ends past the " +
+                               std::to_string(s.size) + "-byte file");
+    }
+    end = piece.offset + piece.length;
+    pieces_bytes += piece.length;
+    s.pieces.push_back(piece);
+  }
+  s.rest = bytes.substr(kHeaderBytes + count * kPieceBytes);
+  if (s.size - pieces_bytes != s.rest.size()) {
+    return damaged(path, "the file is " + std::to_string(s.size) + " bytes, its pieces " +
+                             std::to_string(pieces_bytes) + " and the other bytes " + std::to_string(s.rest.size()));
+  }
+  return s;
+}
+
+Result<SplitWriteResult> write_split_files(const std::string& directory, const std::vector<DeferredFileWriter*>& files,
+                                           ShardWriter& writer, const std::optional<SplitBase>& base) {
+  std::set<std::string> names;
+  std::vector<DeferredStream> streams;
+  streams.reserve(files.size());
+  for (DeferredFileWriter* f : files) {
+    if (f == nullptr) return Status(StatusCode::kInvalidArgument, "write_split_files: a null writer");
+    FP_ASSIGN_OR_RETURN(DeferredStream s, f->take_pieces());
+    if (!names.insert(s.name).second) {
+      return Status(StatusCode::kInvalidArgument, "two split files are named '" + s.name + "'").with_path(directory);
+    }
+    streams.push_back(std::move(s));
+  }
+  std::vector<TensorSource> tensors;
+  for (const DeferredStream& s : streams) {
+    for (size_t k = 0; k < s.borrowed.size(); ++k) {
+      TensorSource t;
+      t.name = split_piece_name(s.name, k);
+      t.dtype = "U8";
+      t.shape = {s.borrowed[k].bytes};
+      t.data = s.borrowed[k].data;
+      t.nbytes = s.borrowed[k].bytes;
+      tensors.push_back(std::move(t));
+    }
+  }
+  checkpoint::IncrementalBase incremental;
+  if (base) {
+    incremental.tag = base->tag;
+    incremental.dir = checkpoint::join_path(base->root, base->tag);
+    auto opened = CheckpointReader::open(incremental.dir, std::shared_ptr<IoEngine>(&writer.engine(), [](IoEngine*) {}));
+    if (!opened.is_ok()) {
+      return Status(StatusCode::kInvalidArgument, "the base checkpoint '" + base->tag +
+                                                      "' of an incremental save cannot be read: " +
+                                                      opened.status().message())
+          .with_path(incremental.dir);
+    }
+    incremental.manifest = std::make_shared<const Manifest>((*opened)->manifest());
+  }
+  const ShardWriterOptions& o = writer.options();
+  SplitWriteResult out;
+  if (!tensors.empty()) {
+    FP_ASSIGN_OR_RETURN(checkpoint::TensorWrite written,
+                        checkpoint::write_tensors(writer, directory, tensors, nullptr, base ? &incremental : nullptr,
+                                                  /*xor_deltas=*/false, o.compression_threads));
+    out.files = std::move(written.data.files);
+    out.tensors = std::move(written.data.tensors);
+    out.bytes_written = written.data.bytes_written;
+    out.references_base = written.references_base;
+    out.referenced_bytes = written.referenced_bytes;
+  }
+  for (const DeferredStream& s : streams) {
+    std::vector<SplitPiece> pieces;
+    pieces.reserve(s.borrowed.size());
+    for (const DeferredStream::Borrowed& b : s.borrowed) pieces.push_back({b.offset, b.bytes});
+    std::string skeleton = encode_split_skeleton(s.size, pieces, s.rest);
+    FP_ASSIGN_OR_RETURN(ManifestFile record,
+                        write_sidecar_file(directory, s.name, skeleton, o.durable, o.checksums, o.rank));
+    out.bytes_written += skeleton.size();
+    out.files.push_back(std::move(record));
+  }
+  return out;
+}
+
+SplitFileReader::SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes, uint64_t size,
+                                 std::vector<SplitPiece> pieces, size_t rest_offset)
+    : reader_(reader),
+      name_(std::move(name)),
+      bytes_(std::move(bytes)),
+      size_(size),
+      pieces_(std::move(pieces)),
+      rest_offset_(rest_offset) {}
+
+Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const std::string& name) {
+  const std::string path = checkpoint::join_path(reader.dir(), name);
+  FP_ASSIGN_OR_RETURN(std::string bytes, reader.read_file(name));
+  if (!is_split_skeleton(bytes)) {
+    return Status(StatusCode::kInvalidArgument, "not a split file (a plain one: read it as it is)").with_path(path);
+  }
+  FP_ASSIGN_OR_RETURN(SplitSkeleton skeleton, decode_split_skeleton(bytes, path));
+  const Manifest& m = reader.manifest();
+  std::unordered_map<std::string_view, const ManifestTensor*> by_name;
+  for (const ManifestTensor& t : m.tensors) by_name.emplace(t.name, &t);
+  for (size_t k = 0; k < skeleton.pieces.size(); ++k) {
+    const std::string piece = split_piece_name(name, k);
+    auto found = by_name.find(piece);
+    if (found == by_name.end()) {
+      return Status(StatusCode::kDataLoss, "the manifest has no tensor '" + piece + "' for piece " + std::to_string(k))
+          .with_path(path);
+    }
+    const ManifestTensor& t = *found->second;
+    const uint64_t length = skeleton.pieces[k].length;
+    if (t.dtype != "U8" || t.shape != std::vector<uint64_t>{length} || t.length != length) {
+      return Status(StatusCode::kDataLoss, "the manifest's tensor '" + piece + "' is not " + std::to_string(length) +
+                                               " bytes of U8, as the skeleton says")
+          .with_path(path);
+    }
+  }
+  const size_t rest_offset = bytes.size() - skeleton.rest.size();
+  return SplitFileReader(&reader, name, std::move(bytes), skeleton.size, std::move(skeleton.pieces), rest_offset);
+}
+
+Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify) const {
+  if (out == nullptr || capacity < size_) {
+    return Status(StatusCode::kInvalidArgument, "read_into: " + std::to_string(capacity) + " bytes of room for a " +
+                                                    std::to_string(size_) + "-byte file");
+  }
+  LoadRequest req;
+  req.names.emplace();
+  req.into = true;
+  req.strict = true;
+  req.verify = verify;
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const SplitPiece& p = pieces_[k];
+    std::string piece = split_piece_name(name_, k);
+    req.names->push_back(piece);
+    LoadDestination d;
+    d.name = std::move(piece);
+    d.data = out + p.offset;
+    d.capacity_bytes = p.length;
+    d.dtype = "U8";
+    d.shape = {p.length};
+    req.destinations.push_back(std::move(d));
+  }
+  if (!pieces_.empty()) FP_RETURN_IF_ERROR(reader_->load(req).status());
+  // The other bytes fill the gaps between the pieces, in order.
+  uint64_t at = 0;
+  size_t rest = rest_offset_;
+  auto fill = [&](uint64_t until) {
+    const size_t n = static_cast<size_t>(until - at);
+    std::memcpy(out + at, bytes_.data() + rest, n);
+    rest += n;
+  };
+  for (const SplitPiece& p : pieces_) {
+    fill(p.offset);
+    at = p.offset + p.length;
+  }
+  fill(size_);
+  return Status::ok();
+}
+
+}  // namespace fastpersist
