@@ -79,7 +79,8 @@ struct SplitBase {
 
 // Writes `files` (each finished with write(), none persisted) into `directory` as split files:
 // every file's borrowed pieces in one ShardWriter write (compressed as the writer's options
-// say; against `base` when given: incremental.h), then one skeleton per file. Each writer is
+// say; against `base` when given: incremental.h, a base piece referenced only once its bytes
+// were read and found to match its records), then one skeleton per file. Each writer is
 // finished afterwards (as by persist()); the lent memory must stay alive and unchanged until
 // this returns. On failure the files written so far stay in `directory`: the caller's commit
 // aborts (removing the directory). kInvalidArgument: a writer already finished, two with one
@@ -99,6 +100,13 @@ class SplitFileReader {
   // The whole file into [out, out + capacity) (capacity >= size()); with `verify`, each
   // piece's checksum is checked (kDataLoss naming its tensor).
   Status read_into(std::byte* out, uint64_t capacity, bool verify) const;
+  // Bytes [offset, offset + n) of the file into `out` (kInvalidArgument past the end), so a
+  // reader can fill its own memory as it goes: a piece the range covers whole is loaded
+  // straight into `out`, all such pieces of one call in one load; a piece covered in part is
+  // loaded whole into temporary memory first (checked with `verify` either way). torch.load
+  // reads each storage record in one call, which is exactly one piece: a file is never held
+  // in memory twice.
+  Status read_range(uint64_t offset, std::byte* out, size_t n, bool verify) const;
 
  private:
   SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes, uint64_t size,
@@ -108,6 +116,7 @@ class SplitFileReader {
   std::string bytes_;  // the skeleton file
   uint64_t size_;
   std::vector<SplitPiece> pieces_;
+  std::vector<uint64_t> pieces_before_;  // per piece: the pieces' bytes before it
   size_t rest_offset_;  // where the other bytes start in bytes_
 };
 

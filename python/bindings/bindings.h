@@ -29,6 +29,7 @@ void bind_aio_handle(nb::module_& m);
 void bind_gds_handle(nb::module_& m);
 void bind_writer(nb::module_& m);
 void bind_checkpoint(nb::module_& m);
+void bind_load_outcome(nb::module_& m);
 void bind_commit(nb::module_& m);
 void bind_deferred(nb::module_& m);
 void bind_progress(nb::module_& m);

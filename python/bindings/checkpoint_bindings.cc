@@ -12,6 +12,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,6 +24,7 @@
 
 #include "bindings.h"
 #include "checked_buffer.h"
+#include "load_outcome.h"
 #include "tensor_tuple.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
@@ -159,14 +161,12 @@ class PyCheckpointReader {
   // Destinations cross as (name, address, capacity_bytes, dtype, shape, strides): the address
   // of the first element, how many bytes the caller owns from there, and the layout; address 0
   // declares a destination the caller fills itself (see LoadDestination). C++ checks all of it
-  // before the first read. Returns (buffers, tensors, destination_states, missing, unexpected,
-  // mismatched): buffers are PinnedBuffer objects; tensors[i] = (name, dtype, shape, buffer
-  // index or -1, byte offset, nbytes, destination index or -1) per stored tensor loaded, in
-  // manifest order. `progress(done, total)` runs with the GIL; an exception it raises is
-  // raised once the load has finished (the reads in flight must complete first).
-  // `device_tensors` {destination index: CUDA tensor}: those destinations are the tensors'
-  // device memory (address, length and device read from each tensor here, not from the tuple).
-  nb::tuple load(std::optional<std::vector<std::string>> names, const std::vector<DestinationTuple>& destinations,
+  // before the first read. Returns a LoadOutcome (load_outcome.h). `progress(done, total)` runs
+  // with the GIL; an exception it raises is raised once the load has finished (the reads in
+  // flight must complete first). `device_tensors` {destination index: CUDA tensor}: those
+  // destinations are the tensors' device memory (address, length and device read from each
+  // tensor here, not from the tuple).
+  PyLoadOutcome load(std::optional<std::vector<std::string>> names, const std::vector<DestinationTuple>& destinations,
                  bool into, const std::string& dtype, const std::map<std::string, std::string>& dtype_by_name,
                  bool strict, bool verify, uint64_t max_memory, nb::object progress,
                  const std::map<size_t, nb::object>& device_tensors) {
@@ -215,9 +215,8 @@ class PyCheckpointReader {
     }
     LoadResult r = unwrap(std::move(result));
     const Manifest& m = reader_->manifest();
-    nb::list buffers;
+    PyLoadOutcome out;
     std::map<const PinnedBuffer*, long> index_of;
-    nb::list tensors;
     for (const LoadedTensor& t : r.tensors) {
       long buffer = -1;
       if (t.buffer) {
@@ -226,18 +225,18 @@ class PyCheckpointReader {
           LockedBuffer b;
           b.buffer = t.buffer;
           b.nbytes = t.buffer->size();
-          buffers.append(nb::cast(std::move(b)));
+          out.buffers.append(nb::cast(std::move(b)));
         }
         buffer = it->second;
       }
-      tensors.append(nb::make_tuple(utf8_str(m.tensors[t.tensor].name), t.dtype, t.shape, buffer, t.offset,
-                                    t.nbytes, t.destination));
+      out.tensors.append(nb::cast(PyLoadedTensor{utf8_str(m.tensors[t.tensor].name), t.dtype, t.shape, buffer,
+                                                 t.offset, t.nbytes, t.destination}));
     }
-    std::vector<int> states;
-    states.reserve(r.destinations.size());
-    for (DestinationState s : r.destinations) states.push_back(static_cast<int>(s));
-    return nb::make_tuple(buffers, tensors, states, utf8_list(r.missing), utf8_list(r.unexpected),
-                          utf8_list(r.mismatched));
+    out.destinations = std::move(r.destinations);
+    out.missing = utf8_list(r.missing);
+    out.unexpected = utf8_list(r.unexpected);
+    out.mismatched = utf8_list(r.mismatched);
+    return out;
   }
 
   nb::bytes read_objects() {
@@ -260,6 +259,11 @@ class PyCheckpointReader {
     auto* data = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(out.ptr()));
     check(without_gil([&] { return split.read_into(data, split.size(), verify); }));
     return nb::borrow<nb::bytes>(out);
+  }
+
+  // A split file opened for reading in ranges (what torch.load reads through a file object).
+  SplitFileReader open_split_file(const std::string& name) {
+    return unwrap(without_gil([&] { return SplitFileReader::open(*reader_, name); }));
   }
 
   const Manifest& manifest() const { return reader_->manifest(); }
@@ -405,12 +409,29 @@ void bind_checkpoint(nb::module_& m) {
            },
            "keep_last"_a.none(), "keep_every"_a.none(), "verify"_a = false);
 
+  nb::class_<SplitFileReader>(m, "SplitFile", "A split file of a checkpoint, read in ranges (split_file.h).")
+      .def_prop_ro("size", &SplitFileReader::size)
+      .def(
+          "read_into",
+          [](const SplitFileReader& f, uint64_t offset, nb::handle buffer, bool verify) {
+            CheckedBuffer b = checked_buffer(buffer, MemoryUse::kWrite, MemoryPlace::kHost, "buffer");
+            const uint64_t n = offset >= f.size() ? 0 : std::min<uint64_t>(b.nbytes, f.size() - offset);
+            check(without_gil([&] { return f.read_range(offset, b.data, static_cast<size_t>(n), verify); }));
+            return n;
+          },
+          "offset"_a, "buffer"_a, "verify"_a,
+          "Fills `buffer` (writable host memory) with the file's bytes from `offset` on, as many as "
+          "fit and the file has; returns how many (0 at the end).");
+
   nb::class_<PyCheckpointReader>(m, "CheckpointReader")
       .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)
-      .def("load", &PyCheckpointReader::load, "names"_a.none(), "destinations"_a, "into"_a, "dtype"_a,
-           "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none(),
-           "device_tensors"_a = std::map<size_t, nb::object>())
+      .def("load", &PyCheckpointReader::load, nb::kw_only(), "names"_a.none(), "destinations"_a, "into"_a,
+           "dtype"_a, "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none(),
+           "device_tensors"_a = std::map<size_t, nb::object>(),
+           "A whole load (checkpoint_load.h), keyword arguments only; returns a LoadOutcome.")
       .def("read_objects", &PyCheckpointReader::read_objects)
+      .def("open_split_file", &PyCheckpointReader::open_split_file, "name"_a, nb::keep_alive<0, 1>(),
+           "A split file for reading in ranges (SplitFile); it keeps this reader alive.")
       .def("read_split_file", &PyCheckpointReader::read_split_file, "name"_a, "verify"_a,
            "A split file (a DeepSpeed tag saved compressed or incremental) reassembled into the bytes "
            "torch.save produced; pieces checksum-checked with verify.")
@@ -442,7 +463,7 @@ void bind_checkpoint(nb::module_& m) {
           FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
           return verify_checkpoint(dir, *engine, cb);
         }));
-        return nb::make_tuple(utf8_list(report.problems), report.bytes_checked, report.has_checksums);
+        return PyVerifyReport{utf8_list(report.problems), report.bytes_checked, report.has_checksums};
       },
       "dir"_a, "engine_options"_a, "progress"_a.none());
 

@@ -102,6 +102,34 @@ void bind_commit(nb::module_& m) {
       .def_prop_ro("staging_bytes", [](PyShardWriter& w) { return w.get().staging_bytes(); })
       .def("close", &PyShardWriter::close, "Frees the writer's staging memory and engine.");
 
+  nb::class_<CommitContent>(m, "CommitContent", "What a coordinator commits (checkpoint_commit.h).")
+      .def(
+          "__init__",
+          [](CommitContent* c, std::vector<ManifestFile> files, std::vector<ManifestTensor> tensors,
+             std::optional<int64_t> step, std::string metadata_json, std::map<std::string, std::string> versions,
+             uint32_t world_size, bool checksums, std::map<std::string, std::string> aliases) {
+            new (c) CommitContent();
+            c->files = std::move(files);
+            c->tensors = std::move(tensors);
+            c->step = step;
+            c->metadata_json = std::move(metadata_json);
+            c->versions = std::move(versions);
+            c->world_size = world_size;
+            c->checksums = checksums;
+            c->aliases = std::move(aliases);
+          },
+          // The defaults are CommitContent's own.
+          nb::kw_only(), "files"_a, "tensors"_a = CommitContent{}.tensors, "step"_a.none() = CommitContent{}.step,
+          "metadata_json"_a = CommitContent{}.metadata_json, "versions"_a = CommitContent{}.versions,
+          "world_size"_a = CommitContent{}.world_size, "checksums"_a = CommitContent{}.checksums,
+          "aliases"_a = CommitContent{}.aliases)
+      .def_ro("files", &CommitContent::files)
+      .def_ro("tensors", &CommitContent::tensors)
+      .def_ro("step", &CommitContent::step)
+      .def_ro("metadata_json", &CommitContent::metadata_json)
+      .def_ro("world_size", &CommitContent::world_size)
+      .def_ro("checksums", &CommitContent::checksums);
+
   nb::class_<CheckpointCommit>(m, "CheckpointCommit",
                                "A checkpoint that other writers fill and this process commits.")
       .def_prop_ro("tag", &CheckpointCommit::tag)
@@ -115,23 +143,10 @@ void bind_commit(nb::module_& m) {
                      return st.is_ok() ? std::string() : st.to_string();
                    })
       .def(
-          "commit",
-          [](CheckpointCommit& c, std::vector<ManifestFile> files, std::vector<ManifestTensor> tensors,
-             std::optional<int64_t> step, std::string metadata_json, std::map<std::string, std::string> versions,
-             uint32_t world_size, bool checksums, std::map<std::string, std::string> aliases) {
-            CommitContent content;
-            content.files = std::move(files);
-            content.tensors = std::move(tensors);
-            content.step = step;
-            content.metadata_json = std::move(metadata_json);
-            content.versions = std::move(versions);
-            content.world_size = world_size;
-            content.checksums = checksums;
-            content.aliases = std::move(aliases);
+          "commit", [](CheckpointCommit& c, CommitContent content) {
             check(without_gil([&] { return c.commit(std::move(content)); }));
           },
-          "files"_a, "tensors"_a, "step"_a.none(), "metadata_json"_a, "versions"_a, "world_size"_a,
-          "checksums"_a, "aliases"_a)
+          "content"_a, "Commits the records (checkpoint_commit.h); the commit is over either way.")
       .def("abort", [](CheckpointCommit& c) { check(without_gil([&] { return c.abort(); })); });
 
   m.def(

@@ -17,6 +17,7 @@ NB_MODULE(_core, m) {
   fp::bind_gds_handle(m);
   fp::bind_writer(m);
   fp::bind_manifest(m);
+  fp::bind_load_outcome(m);
   fp::bind_commit(m);
   fp::bind_deferred(m);
   fp::bind_checkpoint(m);

@@ -723,9 +723,9 @@ class CheckpointManager:
                progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
         """Checks every byte of a checkpoint; returns the problems found (empty when intact)."""
         def check() -> List[str]:
-            problems, _, _ = _core.verify_checkpoint(self.path(self._resolve(tag)),
-                                                     self._engine_options, progress)
-            return list(problems)
+            report = _core.verify_checkpoint(self.path(self._resolve(tag)), self._engine_options,
+                                             progress)
+            return list(report.problems)
         return list(self._agreed(check))
 
     def remove(self, tag: Union[int, str]) -> None:

@@ -23,8 +23,7 @@ KeySelection = Union[None, Iterable[str], Callable[[str], bool]]
 DtypeSpec = Union[None, torch.dtype, Mapping[str, torch.dtype]]
 
 # Values of the C++ DestinationState (checkpoint_load.h).
-_FILLED = 1
-_CALLER_COPIES = 2
+_Dest = _core.DestinationState
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -184,23 +183,26 @@ def load_checkpoint_dir(
         dest = _device_destinations(manifest, names, device)
     dest_items = list(dest.items())
     device_tensors = ({i: t for i, (_, t) in enumerate(dest_items)} if to_gpu else {})
-    buffers, tensors, states, _, _, _ = reader.load(
-        names, [_destination(n, t) for n, t in dest_items], into is not None, blanket, by_name,
-        strict, verify, int(max_memory or 0), progress, device_tensors=device_tensors)
+    outcome = reader.load(
+        names=names, destinations=[_destination(n, t) for n, t in dest_items],
+        into=into is not None, dtype=blanket, dtype_by_name=by_name, strict=strict,
+        verify=verify, max_memory=int(max_memory or 0), progress=progress,
+        device_tensors=device_tensors)
 
     loaded: Dict[str, torch.Tensor] = {}  # by stored name
-    for name, code, shape, buffer, offset, nbytes, destination in tensors:
-        if destination >= 0:
-            loaded[name] = dest_items[destination][1]
+    for t in outcome.tensors:
+        if t.destination >= 0:
+            loaded[t.name] = dest_items[t.destination][1]
             continue
-        value = _wrap(buffers[buffer] if buffer >= 0 else None, offset, nbytes,
-                      torch_dtype(code, name), shape)
+        value = _wrap(outcome.buffers[t.buffer] if t.buffer >= 0 else None, t.offset, t.nbytes,
+                      torch_dtype(t.dtype, t.name), t.shape)
         # A device destination C++ could not fill (to_gpu) is filled from `value` below.
-        moved = device is None or (to_gpu and name in dest)
-        loaded[name] = value if moved else value.to(device)
-    del buffers
-    filled = {dest_items[i][0] for i, s in enumerate(states) if s == _FILLED}
-    caller_copies = {dest_items[i][0] for i, s in enumerate(states) if s == _CALLER_COPIES}
+        moved = device is None or (to_gpu and t.name in dest)
+        loaded[t.name] = value if moved else value.to(device)
+    states = outcome.destinations
+    del outcome
+    filled = {dest_items[i][0] for i, s in enumerate(states) if s == _Dest.FILLED}
+    caller_copies = {dest_items[i][0] for i, s in enumerate(states) if s == _Dest.CALLER_COPIES}
     aliases = manifest.aliases
     selected = None if names is None else set(names)
 

@@ -241,8 +241,10 @@ class FastPersistWriter(StorageWriter):
                 commit.directory, _core.layout.DCP_METADATA_FILE_NAME, pickle.dumps(metadata),
                 bool(options.durable), bool(options.checksums), None))
             versions = {"torch": torch.__version__, "writer": "fastpersist.dcp"}
-            commit.commit(files, tensors, self._step, json.dumps(self._metadata), versions,
-                          len(results), bool(options.checksums), {})
+            commit.commit(_core.CommitContent(
+                files=files, tensors=tensors, step=self._step,
+                metadata_json=json.dumps(self._metadata), versions=versions,
+                world_size=len(results), checksums=bool(options.checksums)))
             self._retention_error = commit.retention_error
         finally:
             self._commit = None
@@ -547,17 +549,20 @@ class FastPersistReader(StorageReader):
                     and DTYPE_TO_SAFETENSORS.get(dst.dtype) == stored.dtype):
                 direct.append(_destination(name, dst))
                 direct_item[name] = item
-        buffers, loaded, states, missing, _, _ = reader.load(
-            list(users), direct, False, "", {}, False, self._verify, 0, None)
-        if missing:
-            raise CheckpointCorruptError(f"fastpersist: blocks missing from {reader.dir}: {missing[:5]}")
-        for name, code, shape, buffer, offset, nbytes, destination in loaded:
-            group = users[name]
-            if destination >= 0 and states[destination] == 1:
+        outcome = reader.load(names=list(users), destinations=direct, into=False, dtype="",
+                              dtype_by_name={}, strict=False, verify=self._verify, max_memory=0,
+                              progress=None)
+        if outcome.missing:
+            raise CheckpointCorruptError(f"fastpersist: blocks missing from {reader.dir}: "
+                                         f"{list(outcome.missing)[:5]}")
+        for t in outcome.tensors:
+            group = users[t.name]
+            if (t.destination >= 0
+                    and outcome.destinations[t.destination] == _core.DestinationState.FILLED):
                 planner.commit_tensor(group[0], targets[id(group[0])])
                 continue
-            block = _wrap(buffers[buffer] if buffer >= 0 else None, offset, nbytes,
-                          torch_dtype(code, name), shape)
+            block = _wrap(outcome.buffers[t.buffer] if t.buffer >= 0 else None, t.offset,
+                          t.nbytes, torch_dtype(t.dtype, t.name), t.shape)
             for item in group:
                 piece = block
                 for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):

@@ -64,8 +64,9 @@ def convert_split_tag(src: str, root: str, tag: str,
             section = dict(deepspeed_metadata(manifest) or {})
             section.pop(SPLIT_KEY, None)
             section["converted_from"] = os.path.abspath(src)
-            commit.commit(records, [], manifest.step, json.dumps({"deepspeed": section}),
-                          dict(manifest.versions), manifest.world_size, True, {})
+            commit.commit(_core.CommitContent(
+                files=records, step=manifest.step, metadata_json=json.dumps({"deepspeed": section}),
+                versions=dict(manifest.versions), world_size=manifest.world_size))
         except BaseException:
             commit.abort()
             raise

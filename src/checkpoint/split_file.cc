@@ -20,6 +20,10 @@ namespace {
 
 constexpr size_t kHeaderBytes = 8 + 8 + 8;  // magic, size, count
 constexpr size_t kPieceBytes = 16;          // offset, length
+// The file data a read keeps in flight (LoadRequest::max_memory): a compressed piece larger
+// than half of it is decoded in a stream straight into its destination, instead of whole in
+// new memory first (which would hold the piece twice, and its stored bytes, at once).
+constexpr uint64_t kReadMemoryBytes = uint64_t{256} << 20;
 
 void put_u64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -163,7 +167,14 @@ SplitFileReader::SplitFileReader(CheckpointReader* reader, std::string name, std
       bytes_(std::move(bytes)),
       size_(size),
       pieces_(std::move(pieces)),
-      rest_offset_(rest_offset) {}
+      rest_offset_(rest_offset) {
+  uint64_t before = 0;
+  pieces_before_.reserve(pieces_.size());
+  for (const SplitPiece& p : pieces_) {
+    pieces_before_.push_back(before);
+    before += p.length;
+  }
+}
 
 Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const std::string& name) {
   const std::string path = checkpoint::join_path(reader.dir(), name);
@@ -204,6 +215,7 @@ Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify
   req.into = true;
   req.strict = true;
   req.verify = verify;
+  req.max_memory = kReadMemoryBytes;
   for (size_t k = 0; k < pieces_.size(); ++k) {
     const SplitPiece& p = pieces_[k];
     std::string piece = split_piece_name(name_, k);
@@ -230,6 +242,59 @@ Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify
     at = p.offset + p.length;
   }
   fill(size_);
+  return Status::ok();
+}
+
+Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bool verify) const {
+  if (offset > size_ || n > size_ - offset || (out == nullptr && n > 0)) {
+    return Status(StatusCode::kInvalidArgument, "read_range: bytes [" + std::to_string(offset) + ", +" +
+                                                    std::to_string(n) + ") of a " + std::to_string(size_) +
+                                                    "-byte file");
+  }
+  const uint64_t end = offset + n;
+  // The first piece that ends after `offset`.
+  size_t k = static_cast<size_t>(
+      std::upper_bound(pieces_.begin(), pieces_.end(), offset,
+                       [](uint64_t at, const SplitPiece& p) { return at < p.offset + p.length; }) -
+      pieces_.begin());
+  LoadRequest whole;  // the pieces covered whole, loaded together
+  whole.names.emplace();
+  whole.into = true;
+  whole.strict = true;
+  whole.verify = verify;
+  whole.max_memory = kReadMemoryBytes;
+  uint64_t at = offset;
+  while (at < end) {
+    if (k == pieces_.size() || at < pieces_[k].offset) {
+      // Other bytes, up to the next piece: at file position p they are at rest index
+      // p - (the pieces' bytes before p).
+      const uint64_t until = k == pieces_.size() ? end : std::min(end, pieces_[k].offset);
+      const uint64_t before = k == pieces_.size() ? size_ - (bytes_.size() - rest_offset_) : pieces_before_[k];
+      std::memcpy(out + (at - offset), bytes_.data() + rest_offset_ + (at - before), static_cast<size_t>(until - at));
+      at = until;
+      continue;
+    }
+    const SplitPiece& p = pieces_[k];
+    const uint64_t until = std::min(end, p.offset + p.length);
+    const std::string name = split_piece_name(name_, k);
+    if (at == p.offset && until == p.offset + p.length) {
+      whole.names->push_back(name);
+      LoadDestination d;
+      d.name = name;
+      d.data = out + (at - offset);
+      d.capacity_bytes = p.length;
+      d.dtype = "U8";
+      d.shape = {p.length};
+      whole.destinations.push_back(std::move(d));
+    } else {
+      std::vector<std::byte> piece(static_cast<size_t>(p.length));
+      FP_RETURN_IF_ERROR(read_range(p.offset, piece.data(), piece.size(), verify));
+      std::memcpy(out + (at - offset), piece.data() + (at - p.offset), static_cast<size_t>(until - at));
+    }
+    at = until;
+    ++k;
+  }
+  if (!whole.destinations.empty()) FP_RETURN_IF_ERROR(reader_->load(whole).status());
   return Status::ok();
 }
 

@@ -61,3 +61,37 @@ def test_an_exception_from_progress_propagates_after_the_load(ckpt):
 
     with pytest.raises(KeyError, match="stop"):
         load_checkpoint_dir(str(path), engine_options(), progress=boom)
+
+
+def test_the_load_seam_takes_keywords_and_returns_typed_objects(ckpt):
+    """CheckpointReader.load takes keyword arguments only and returns a LoadOutcome whose
+    tensors and destination states are named, not positions in tuples; verify_checkpoint gives
+    a VerifyReport."""
+    path, state = ckpt
+    reader = _core.CheckpointReader(str(path), engine_options())
+    with pytest.raises(TypeError):
+        reader.load(None, [], False, "", {}, True, True, 0, None)  # positional: refused
+    into = torch.empty(7, dtype=torch.int64)
+    outcome = reader.load(names=["b", "w"], destinations=[("b", into.data_ptr(), into.nbytes, "I64", [7], [])],
+                          into=False, dtype="", dtype_by_name={}, strict=True, verify=True,
+                          max_memory=0, progress=None)
+    assert isinstance(outcome, _core.LoadOutcome)
+    assert list(outcome.destinations) == [_core.DestinationState.FILLED]
+    assert torch.equal(into, state["b"])
+    by_name = {t.name: t for t in outcome.tensors}
+    assert by_name["b"].destination == 0 and by_name["b"].buffer == -1
+    w = by_name["w"]
+    assert w.destination == -1 and w.dtype == "F32" and w.shape == [1000, 300]
+    assert 0 <= w.buffer < len(outcome.buffers) and w.nbytes == 1000 * 300 * 4
+    assert list(outcome.missing) == [] and list(outcome.mismatched) == []
+    report = _core.verify_checkpoint(str(path), engine_options(), None)
+    assert isinstance(report, _core.VerifyReport) and report.ok and report.has_checksums
+    assert report.bytes_checked >= 1000 * 300 * 4 and list(report.problems) == []
+
+
+def test_commit_content_is_built_by_keyword_with_the_cpp_defaults(tmp_path):
+    content = _core.CommitContent(files=[])
+    assert content.metadata_json == "{}" and content.world_size == 1 and content.checksums
+    assert content.step is None and content.tensors == []
+    with pytest.raises(TypeError):
+        _core.CommitContent([], [], None, "{}", {}, 1, True, {})  # positional: refused

@@ -24,6 +24,8 @@ its share; rank 0 prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import os
 import shutil
 import socket
@@ -69,12 +71,19 @@ def run(args: argparse.Namespace) -> int:
     if args.world < 1:
         sys.exit("error: --world must be at least 1")
     port = _free_port()
-    if args.world == 1:
-        _rank(0, args, port)
-    else:
-        import torch.multiprocessing as mp
+    try:
+        if args.world == 1:
+            _rank(0, args, port)
+        else:
+            import torch.multiprocessing as mp
 
-        mp.spawn(_rank, args=(args, port), nprocs=args.world)
+            mp.spawn(_rank, args=(args, port), nprocs=args.world)
+    finally:
+        # DeepSpeed's CPU accelerator leaves a shared-memory all-reduce buffer per run in
+        # /dev/shm (64 MiB each), which would add up run after run: remove this run's.
+        for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     return 0
 
 
@@ -395,15 +404,35 @@ def _fio_bound(args: argparse.Namespace, root: str, results: List[Dict[str, Any]
         return None
     target = os.path.join(args.folder, "ds_fio.bin")
     try:
-        best_write, _ = fio_bench.best(path, target, size, fio_bench.candidates())
+        best_write, best_read = fio_bench.best(path, target, size, fio_bench.candidates())
         run = fio_bench.run(path, "write", target, size, best_write)
+        read = fio_bench.run(path, "read", target, size, best_read)
+        buffered = _buffered_cold_read(target)
     finally:
         if os.path.exists(target):
             os.unlink(target)
     gbs = run.nbytes / run.seconds / _GB
     print(f"fio -- {run.nbytes / _GB:.2f} GB, {run.seconds:.2f} secs, {gbs:.2f} GB/s "
           f"[O_DIRECT write + fsync, {best_write.label()}]", flush=True)
+    print(f"fio -- read {read.nbytes / _GB:.2f} GB in {read.seconds:.2f} secs, "
+          f"{read.nbytes / _GB / read.seconds:.2f} GB/s [O_DIRECT read, {best_read.label()}]; "
+          f"a buffered read of the same cold file: {buffered:.2f} secs, "
+          f"{size / _GB / buffered:.2f} GB/s (the bound of a cold load)", flush=True)
     return gbs
+
+
+def _buffered_cold_read(path: str) -> float:
+    """Seconds to read the file once through the page cache, evicted first, 8 MiB at a time."""
+    from .loaders import evict
+
+    evict(path)
+    chunk = bytearray(8 << 20)
+    view = memoryview(chunk)
+    t = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(view):
+            pass
+    return time.perf_counter() - t
 
 
 def _table(results: List[Dict[str, Any]], fio_gbs: Optional[float]) -> None:

@@ -211,9 +211,10 @@ class FastPersistCheckpointEngine(CheckpointEngine):
             if self.settings.split:
                 metadata[SPLIT_KEY] = True  # loads reassemble its files (split_tags.py)
             versions = {"torch": torch.__version__, "deepspeed": _deepspeed_version()}
-            s.commit.commit(files, tensors, s.step,
-                            json.dumps({"deepspeed": metadata}), versions, self.world_size,
-                            self.settings.checksums, {})
+            s.commit.commit(_core.CommitContent(
+                files=files, tensors=tensors, step=s.step,
+                metadata_json=json.dumps({"deepspeed": metadata}), versions=versions,
+                world_size=self.world_size, checksums=self.settings.checksums))
             return {"tag": s.tag, "files": len(files), "bytes": sum(int(f.size) for f in files),
                     "retention_error": s.commit.retention_error}
 
@@ -355,7 +356,7 @@ class FastPersistCheckpointEngine(CheckpointEngine):
         if is_split_tag(manifest):
             # Skeletons and tensors together: fastpersist verify's check, on rank 0.
             if self.rank == 0:
-                problems = _core.verify_checkpoint(folder, self.settings.engine, None)[0]
+                problems = _core.verify_checkpoint(folder, self.settings.engine, None).problems
                 problem = problems[0] if problems else None
             problems = [p for p in self._all_gather(problem) if p is not None]
             if problems:

@@ -159,11 +159,72 @@ def load_file(path: str, record: Optional[Any], checksums: bool, map_location: A
 
 def load_split_file(reader: Any, path: str, checksums: bool, map_location: Any,
                     weights_only: bool) -> Tuple[Any, int]:
-    """``torch.load`` of a split file (a compressed or incremental tag's), reassembled by C++
-    from its skeleton and its pieces (each checked with `checksums`) into one bytes object;
-    returns the state and the file's size."""
-    data = reader.read_split_file(os.path.basename(path), checksums)
-    return _torch_load(path, map_location, weights_only, io.BytesIO(data)), len(data)
+    """``torch.load`` of a split file (a compressed or incremental tag's) through a file object
+    whose reads C++ serves from the skeleton and the pieces (each piece checked with
+    `checksums`): torch reads each storage record in one ``readinto`` of the storage's own
+    memory, which C++ fills straight, so the file is never held in memory twice. Returns the
+    state and the file's size."""
+    split = reader.open_split_file(os.path.basename(path))
+    with _SplitFileObject(split, checksums) as f:
+        try:
+            return _torch_load(path, map_location, weights_only, f), int(split.size)
+        except BaseException:
+            if f.failure is not None:
+                raise f.failure from None  # what C++ found (damage names the file and piece)
+            raise
+
+
+class _SplitFileObject(io.RawIOBase):
+    """A split file (``_core.SplitFile``) as a read-only, seekable file object.
+
+    torch's reader calls ``readinto`` from C++ and, when it fails, goes on to ``read`` with the
+    error still set, which loses it. So ``readinto`` keeps a failure in ``failure`` and returns
+    0, and ``read`` raises it: torch then raises it cleanly."""
+
+    def __init__(self, split: Any, verify: bool) -> None:
+        super().__init__()
+        self._split = split
+        self._verify = verify
+        self._pos = 0
+        self.failure: Optional[BaseException] = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: int(self._split.size)}
+        if whence not in base:
+            raise ValueError(f"seek: whence {whence!r}")
+        pos = base[whence] + offset
+        if pos < 0:
+            raise ValueError(f"seek: position {pos} before the start of the file")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: Any) -> int:
+        if self.failure is not None:
+            return 0
+        try:
+            n = int(self._split.read_into(self._pos, buffer, self._verify))
+        except Exception as e:  # noqa: BLE001 (raised by read(), see the class comment)
+            self.failure = e
+            return 0
+        self._pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        data = super().read(size)
+        if self.failure is not None:
+            raise self.failure
+        return b"" if data is None else data
 
 
 def _torch_load(path: str, map_location: Any, weights_only: bool, source: Any = None) -> Any:

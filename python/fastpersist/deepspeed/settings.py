@@ -25,7 +25,8 @@ OPTIONS: Dict[str, str] = {
     "checksums": "record the XXH3-64 of every file in the tag's manifest",
     "async_save": "save_checkpoint returns once the state is pickled; the files are written "
                   "while training goes on, and the tag commits at the next optimizer step",
-    "io_buffer_mb": "pinned staging memory of each file writer, MiB",
+    "io_buffer_mb": "pinned staging memory of each file writer, MiB (a split tag's: of all "
+                    "its files together)",
     "single_io_buffer": "one staging half instead of two that overlap",
     "backend": "I/O backend: auto, io_uring, libaio, threads",
     "block_size": "bytes per I/O request",
@@ -84,6 +85,10 @@ class EngineSettings:
         if "single_io_buffer" in self.given:
             w.single_io_buffer = check_flag("single_io_buffer", self.given["single_io_buffer"])
         self.writer = w
+        # A split tag's ShardWriter stages from the lent storages, which stay unchanged until
+        # the write ends, so it needs no snapshot of the whole state (the manager's budget 0):
+        # it gets the staging memory a plain file's writer has.
+        self.checkpoint.staging_budget_bytes = w.io_buffer_bytes
         self.async_save = check_flag("async_save", self.given.get("async_save", False))
         self.weights_only = check_flag("weights_only", self.given.get("weights_only", True))
         timeout = self.given.get("timeout", DEFAULT_TIMEOUT)

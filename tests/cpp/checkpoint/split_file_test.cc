@@ -5,6 +5,7 @@
 // damaged skeleton is refused with kDataLoss before anything is allocated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -116,6 +117,37 @@ TEST(SplitFile, CompressedFilesReadBackByteForByte) {
   EXPECT_TRUE(read_back(dir, b.name) == b.bytes());
   FP_ASSERT_OK_AND_ASSIGN(auto report, verify_checkpoint(dir, *make_engine()));
   EXPECT_TRUE(report.ok());
+}
+
+TEST(SplitFile, AnyRangeReadsAsTheFileHasIt) {
+  TempDir root;
+  FakeFile a("a.pt", 1);
+  auto manager = CheckpointManager::open(root.path(), options(Compression::kZstd, false));
+  FP_ASSERT_OK(manager.status());
+  commit_split(**manager, "t", {&a});
+  FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(root.file("t"), make_engine()));
+  FP_ASSERT_OK_AND_ASSIGN(SplitFileReader split, SplitFileReader::open(*reader, a.name));
+  const std::vector<std::byte> want = a.bytes();
+  ASSERT_EQ(split.size(), want.size());
+  const uint64_t piece_a = a.header.size();  // where the first storage starts
+  const uint64_t piece_b = piece_a + a.storage_a.size() + a.middle.size();
+  const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, 4},                                   // the zip magic a loader checks first
+      {0, want.size()},                         // everything
+      {piece_a, a.storage_a.size()},            // exactly one piece (a storage record)
+      {piece_a - 5, 100},                       // other bytes, then part of a piece
+      {piece_b - 7, a.storage_b.size() + 7},    // other bytes, then a whole piece
+      {piece_a + 10, piece_b + 20 - piece_a - 10},  // part, other bytes, part
+      {want.size() - 3, 3},                     // the end
+      {want.size(), 0}};
+  for (auto [offset, n] : ranges) {
+    std::vector<std::byte> got(n);
+    FP_ASSERT_OK(split.read_range(offset, got.data(), n, true));
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<long>(offset)))
+        << offset << "+" << n;
+  }
+  std::vector<std::byte> one(2);
+  EXPECT_EQ(split.read_range(want.size() - 1, one.data(), 2, true).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SplitFile, IncrementalCommitsReferenceUnchangedPiecesOfTheBase) {
