@@ -154,7 +154,10 @@ struct CheckpointManager::Impl : CommitHost {
     bases_in_use.insert(base.tag);
     return base.manifest;
   }
-  void choose_base_locked(checkpoint::SaveJob* job) { job->base = choose_base_locked(&job->base_tag); }
+  void choose_base_locked(checkpoint::SaveJob* job) {
+    job->base = choose_base_locked(&job->base_tag);
+    job->base_trusted = base.trusted;
+  }
 
   // Incremental saves: `tag` committed with `manifest` (a save's or a commit's). A full one that
   // recorded digests becomes the base of the next saves; one that references the base counts
@@ -166,7 +169,7 @@ struct CheckpointManager::Impl : CommitHost {
     if (!references) {
       const bool hashed = std::any_of(manifest->tensors.begin(), manifest->tensors.end(),
                                       [](const ManifestTensor& t) { return t.digest.has_value(); });
-      base = hashed ? Base{tag, manifest} : Base{};
+      base = hashed ? Base{tag, manifest, true} : Base{};
       saves_since_base = 0;
       return;
     }
@@ -199,7 +202,7 @@ struct CheckpointManager::Impl : CommitHost {
     // (checksums on or off), or the new manifest would name the wrong algorithm for it.
     const std::string_view algorithm = options.checksums ? kChecksumAlgorithm : kNoChecksum;
     if (m->checksum_algorithm != algorithm) return;
-    base = {tag, std::make_shared<const Manifest>(std::move(m).value())};
+    base = {tag, std::make_shared<const Manifest>(std::move(m).value()), false};
     saves_since_base = static_cast<unsigned>(std::count_if(
         scan.committed.begin(), scan.committed.end(),
         [&](const CheckpointInfo& c) { return c.sequence > it->sequence; }));
@@ -365,6 +368,7 @@ struct CheckpointManager::Impl : CommitHost {
   struct Base {
     std::string tag;
     std::shared_ptr<const Manifest> manifest;
+    bool trusted = false;  // committed by this manager (else found at open: checked before reuse)
   } base;
   unsigned saves_since_base = 0;
   std::multiset<std::string> bases_in_use;  // bases of the saves and commits in progress

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_file_writer.h"
 #include "common/task_pool.h"
+#include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/dtype.h"
 #include "fastpersist/tensor_codec.h"
 
@@ -134,6 +137,35 @@ std::vector<ManifestFile> referenced_files(const Manifest& base, const std::stri
 
 namespace {
 
+// check_base_tensors' memory: per base, the tensors found intact.
+struct CheckedBases {
+  std::mutex mu;
+  std::map<std::string, std::set<size_t>> intact;
+};
+
+CheckedBases& checked_bases() {
+  static CheckedBases* bases = new CheckedBases();  // never destroyed: used until exit
+  return *bases;
+}
+
+std::string base_key(const IncrementalBase& base) {
+  return base.dir + "\n" + std::to_string(base.manifest->sequence) + "\n" + base.manifest->fingerprint;
+}
+
+// Whether base tensor `index` reads back with its checksum and digest.
+bool tensor_intact(CheckpointReader& reader, size_t index) {
+  const ManifestTensor& t = reader.manifest().tensors[index];
+  if (!t.digest) return false;
+  Xxh3Stream hash;
+  constexpr uint64_t kPieceBytes = uint64_t{8} << 20;
+  Status st = reader.read_pieces(index, kPieceBytes, /*verify=*/reader.manifest().checksum_algorithm != kNoChecksum,
+                                 [&](uint64_t, const std::byte* data, size_t n) {
+                                   hash.update(data, n);
+                                   return Status::ok();
+                                 });
+  return st.is_ok() && hash.digest128() == *t.digest;
+}
+
 // The changed tensors of `all` written, the unchanged ones recorded as references; records in
 // the order of `all`, then the base files the references point into.
 Result<ShardWriteResult> write_changed(ShardWriter& writer, const std::string& directory,
@@ -167,6 +199,49 @@ Result<ShardWriteResult> write_changed(ShardWriter& writer, const std::string& d
 
 }  // namespace
 
+std::vector<bool> check_base_tensors(const IncrementalBase& base, const std::vector<size_t>& indices,
+                                     std::shared_ptr<IoEngine> engine) {
+  std::vector<bool> ok(indices.size(), false);
+  const std::string key = base_key(base);
+  std::vector<size_t> todo;  // positions in `indices` not known intact yet
+  {
+    CheckedBases& bases = checked_bases();
+    std::lock_guard lock(bases.mu);
+    const std::set<size_t>& known = bases.intact[key];
+    for (size_t i = 0; i < indices.size(); ++i) {
+      if (known.count(indices[i]) != 0) {
+        ok[i] = true;
+      } else {
+        todo.push_back(i);
+      }
+    }
+  }
+  if (todo.empty()) return ok;
+  auto reader = CheckpointReader::open(base.dir, std::move(engine));
+  if (!reader.is_ok()) return ok;
+  const Manifest& m = (*reader)->manifest();
+  // The manifest on disk must be the one the save matched against (the same records).
+  if (m.sequence != base.manifest->sequence || m.fingerprint != base.manifest->fingerprint ||
+      m.tensors.size() != base.manifest->tensors.size()) {
+    return ok;
+  }
+  std::vector<size_t> found;
+  for (size_t i : todo) {
+    const size_t index = indices[i];
+    const ManifestTensor& t = m.tensors[index];
+    const ManifestTensor& matched = base.manifest->tensors[index];
+    if (t.name != matched.name || t.digest != matched.digest || t.checksum != matched.checksum) continue;
+    if (tensor_intact(**reader, index)) {
+      ok[i] = true;
+      found.push_back(index);
+    }
+  }
+  CheckedBases& bases = checked_bases();
+  std::lock_guard lock(bases.mu);
+  bases.intact[key].insert(found.begin(), found.end());
+  return ok;
+}
+
 Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& directory,
                                   const std::vector<TensorSource>& tensors, const ShardPlan* full_plan,
                                   const IncrementalBase* base, bool xor_deltas, unsigned threads,
@@ -178,6 +253,25 @@ Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& direct
   if (base != nullptr) {
     digests = digest_tensors(tensors, threads);
     match = match_base(tensors, digests, *base->manifest, xor_deltas);
+    if (!base->trusted && match.worth_it()) {
+      // Records read from disk: reference only base tensors whose bytes are checked (the
+      // others are written, as changed ones).
+      std::vector<size_t> matched, positions;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        if (match.base_index[i]) {
+          matched.push_back(*match.base_index[i]);
+          positions.push_back(i);
+        }
+      }
+      std::vector<bool> intact = check_base_tensors(*base, matched, std::shared_ptr<IoEngine>(&writer.engine(), [](IoEngine*) {}));
+      for (size_t k = 0; k < positions.size(); ++k) {
+        if (intact[k]) continue;
+        const size_t i = positions[k];
+        match.base_index[i].reset();
+        match.referenced_bytes -= tensors[i].nbytes;
+        match.changed_bytes += tensors[i].nbytes;
+      }
+    }
   }
   TensorWrite out;
   out.references_base = base != nullptr && match.worth_it();

@@ -82,7 +82,21 @@ struct IncrementalBase {
   std::string tag;
   std::string dir;  // its directory
   std::shared_ptr<const Manifest> manifest;
+  // Committed by this process: its records describe the bytes this process wrote. Otherwise
+  // (read from disk: a manager that opened a root, a rank of a distributed save) the records are
+  // untrusted, and each tensor is checked before a save first references it (below).
+  bool trusted = false;
 };
+
+// Of base tensors `indices` (into base.manifest->tensors), which hold the bytes their records
+// describe: each one's raw bytes are read (decoded) and must match both its XXH3-64 checksum and
+// its XXH3-128 digest. A manifest edited so that a digest names other bytes would otherwise make
+// a save reference the wrong bytes, which a load would return as the tensor. Results are kept
+// for the life of the process per base (directory, sequence and fingerprint), so a tensor is
+// read once however many saves reference it. A base whose manifest on disk is no longer
+// `base.manifest` fails every tensor.
+std::vector<bool> check_base_tensors(const IncrementalBase& base, const std::vector<size_t>& indices,
+                                     std::shared_ptr<IoEngine> engine);
 
 // What write_tensors wrote.
 struct TensorWrite {

@@ -77,7 +77,7 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   ShardWriteCallbacks callbacks;
   callbacks.on_snapshot_done = [&job] { job.state->mark_snapshot_done(); };
   IncrementalBase base;
-  if (job.base) base = {job.base_tag, join_path(job.root, job.base_tag), job.base};
+  if (job.base) base = {job.base_tag, join_path(job.root, job.base_tag), job.base, job.base_trusted};
   FP_ASSIGN_OR_RETURN(TensorWrite written,
                       write_tensors(writer, tmp, job.content.tensors, &job.plan, job.base ? &base : nullptr,
                                     options.xor_deltas, options.compression_threads, callbacks));

@@ -41,6 +41,7 @@ struct SaveJob {
   // stored as references to its files (the writer records every digest: content_digests).
   std::string base_tag;
   std::shared_ptr<const Manifest> base;
+  bool base_trusted = false;  // committed by this process (incremental.h, IncrementalBase)
 };
 
 // What save_async does before queueing: checks the metadata, the tensor descriptions, names

@@ -155,6 +155,19 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       continue;
     }
     uint64_t actual = streams[r].digest();
+    if (ranges[r].tensor != kLeadingBytes) {
+      // The XXH3-128 content digest (incremental saves reference a base tensor by it) must
+      // describe the same bytes as the checksum: a manifest edited in one and not the other
+      // would make a later save reference the wrong bytes.
+      const ManifestTensor& t = m.tensors[ranges[r].tensor];
+      if (t.digest && actual == ranges[r].expected && streams[r].digest128() != *t.digest) {
+        problems.push_back("tensor '" + t.name + "' in " + f.name + ": its xxh3_128 content digest " +
+                           digest_to_hex(*t.digest) + " is not that of its bytes (" +
+                           digest_to_hex(streams[r].digest128()) +
+                           "), though its checksum matches: a forged or damaged manifest");
+        continue;
+      }
+    }
     if (actual == ranges[r].expected) continue;
     std::string what = ranges[r].tensor != kLeadingBytes ? "tensor '" + m.tensors[ranges[r].tensor].name + "'"
                        : f.role == "objects"             ? f.name

@@ -6,6 +6,7 @@
 // missing or damaged base reported instead of loaded.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "checkpoint/retention.h"
 #include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/checksum.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -263,6 +265,49 @@ TEST_F(IncrementalTest, AReopenedManagerGoesOnFromTheBaseAndCountsTheSavesSinceI
   ASSERT_TRUE(mgr_->close().is_ok());
   expect_verifies(root_.file("s9"));
   expect_loads("s9", s);
+}
+
+// A base manifest edited so that a tensor's xxh3_128 names other bytes than its own (its
+// checksum left alone): verify reports it, and a reopened manager's next save, whose tensor has
+// exactly the forged digest, writes that tensor instead of referencing the base's old bytes.
+TEST_F(IncrementalTest, AForgedBaseDigestIsReportedAndNeverReferenced) {
+  open(incremental_options());
+  TestState s = mixed_state();
+  save("s1", s);
+  ASSERT_TRUE(mgr_->close().is_ok());
+  TestState next = s;
+  train_step(&next, 99);  // model.layer1.bias and odd.u8 change
+  std::vector<std::byte> changed_bytes;
+  for (const OwnedTensor& t : next.tensors) {
+    if (t.name == "model.layer1.bias") changed_bytes = t.bytes;
+  }
+  ASSERT_FALSE(changed_bytes.empty());
+  const Manifest base = manifest("s1");
+  const ManifestTensor& bias = base.tensors[base.find_tensor("model.layer1.bias").value()];
+  ASSERT_TRUE(bias.digest.has_value());
+  const std::string old_hex = digest_to_hex(*bias.digest);
+  const std::string forged_hex = digest_to_hex(xxh3_128(changed_bytes.data(), changed_bytes.size()));
+  const std::string path = root_.file("s1") + "/manifest.json";
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> raw, read_whole_file(path));
+  std::string text(reinterpret_cast<const char*>(raw.data()), raw.size());
+  const size_t at = text.find(old_hex);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, old_hex.size(), forged_hex);
+  FP_ASSERT_OK(write_whole_file(path, std::as_bytes(std::span(text))));
+
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report, verify_checkpoint(root_.file("s1"), *engine_));
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_NE(report.problems[0].find("model.layer1.bias"), std::string::npos) << report.problems[0];
+  EXPECT_NE(report.problems[0].find("forged"), std::string::npos) << report.problems[0];
+
+  open(incremental_options());
+  EXPECT_EQ(save("s2", next), "s1");  // the unchanged tensors are still referenced ...
+  const Manifest second = manifest("s2");
+  const ManifestTensor& written = second.tensors[second.find_tensor("model.layer1.bias").value()];
+  EXPECT_EQ(written.file.find("s1/"), std::string::npos) << written.file;  // ... but not this one
+  const ManifestTensor& embed = second.tensors[second.find_tensor("model.embed.weight").value()];
+  EXPECT_EQ(embed.file.rfind("s1/", 0), 0u) << embed.file;
+  expect_loads("s2", next);
 }
 
 TEST_F(IncrementalTest, CompressedBaseTensorsAreReferencedWithTheirEncoding) {
