@@ -41,6 +41,10 @@
 
 namespace fastpersist {
 
+// The most threads (or files written at once) a setting may ask for: a bound on a number that
+// would otherwise start that many threads.
+inline constexpr unsigned kMaxThreadsSetting = 1024;
+
 // How tensors are written into data files: the settings ShardWriter and CheckpointManager share
 // (CheckpointOptions derives from this struct, so each default is written once, here).
 struct DataFileOptions {
@@ -74,7 +78,9 @@ struct DataFileOptions {
   unsigned compression_threads = 0;      // 0: one per core
 
   // kInvalidArgument when staging_window_bytes is not a positive multiple of 4096, the budget
-  // is neither 0 nor at least 4096, or the compression level is outside the codec's range.
+  // is neither 0 nor at least 4096, max_parallel_files is not 1 to kMaxThreadsSetting,
+  // compression_threads is over kMaxThreadsSetting, or a compression level is given without a
+  // codec or outside the codec's range.
   Status validate() const;
   // The window in force: staging_window_bytes, lowered to a smaller nonzero budget (rounded
   // down to 4096).

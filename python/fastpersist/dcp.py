@@ -418,6 +418,7 @@ class FastPersistReader(StorageReader):
         self._unsafe_objects = bool(unsafe_objects)
         self._reader: Any = None
         self._storage: Dict[MetadataIndex, Tuple[Any, ...]] = {}
+        self._tensor_metadata: Dict[str, Any] = {}  # fqn -> DCP's record (chunks, dtype)
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
@@ -462,6 +463,7 @@ class FastPersistReader(StorageReader):
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
                               **kwargs: Any) -> None:
         self._storage = metadata.storage_data
+        self._tensor_metadata = metadata.state_dict_metadata
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -518,6 +520,36 @@ class FastPersistReader(StorageReader):
                         "unsafe_objects=True) only if you trust this checkpoint") from None
             planner.load_bytes(item, io.BytesIO(value))
 
+    def _check_block(self, item: ReadItem, stored: Any) -> None:
+        """The DCP metadata's chunk for `item` and the stored block are two records of the same
+        tensor: a shape or dtype on which they disagree is damage, refused (never narrowed or
+        converted into what the metadata claims)."""
+        index = item.storage_index
+        fqn = index.fqn
+        meta = self._tensor_metadata.get(fqn)
+        chunks = getattr(meta, "chunks", None)
+        if not isinstance(chunks, list):
+            raise CheckpointCorruptError(f"fastpersist: the checkpoint's metadata has no tensor "
+                                         f"record for {fqn!r}")
+        chunk = None
+        if isinstance(index.index, int) and 0 <= index.index < len(chunks):
+            chunk = chunks[index.index]
+        if chunk is None or list(chunk.offsets) != list(index.offset or []):
+            chunk = next((c for c in chunks if list(c.offsets) == list(index.offset or [])), None)
+        if chunk is None:
+            raise CheckpointCorruptError(f"fastpersist: the checkpoint's metadata has no chunk "
+                                         f"of {fqn!r} at {list(index.offset or [])}")
+        if [int(n) for n in chunk.sizes] != list(stored.shape):
+            raise CheckpointCorruptError(
+                f"fastpersist: {fqn!r}: the DCP metadata gives its block the shape "
+                f"{[int(n) for n in chunk.sizes]}, the stored block {list(stored.shape)} "
+                "(damaged or edited metadata)")
+        dtype = getattr(getattr(meta, "properties", None), "dtype", None)
+        if DTYPE_TO_SAFETENSORS.get(dtype) != stored.dtype:
+            raise CheckpointCorruptError(
+                f"fastpersist: {fqn!r}: the DCP metadata says {dtype}, the stored block is "
+                f"{stored.dtype} (damaged or edited metadata)")
+
     def _read_tensors(self, reader: Any, items: List[ReadItem], planner: LoadPlanner) -> None:
         """One C++ load for every stored block this rank needs: a block that one read item
         covers whole goes straight into the item's destination (any strides, host memory, the
@@ -533,6 +565,7 @@ class FastPersistReader(StorageReader):
             if where[0] != "tensor" or len(where) != 2 or where[1] not in by_name:
                 raise CheckpointCorruptError(f"fastpersist: the stored block of "
                                              f"{item.storage_index.fqn!r} is not in the manifest")
+            self._check_block(item, by_name[where[1]])
             users.setdefault(where[1], []).append(item)
         targets: Dict[int, torch.Tensor] = {}
         direct: List[Tuple[str, int, int, str, List[int], List[int]]] = []

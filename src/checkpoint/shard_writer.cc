@@ -36,6 +36,20 @@ Status DataFileOptions::validate() const {
                   "staging_budget_bytes must be 0 (unbounded) or at least 4096, got " +
                       std::to_string(staging_budget_bytes));
   }
+  if (max_parallel_files < 1 || max_parallel_files > kMaxThreadsSetting) {
+    return Status(StatusCode::kInvalidArgument, "max_parallel_files must be 1 to " + std::to_string(kMaxThreadsSetting) +
+                                                    ", got " + std::to_string(max_parallel_files));
+  }
+  if (compression_threads > kMaxThreadsSetting) {
+    return Status(StatusCode::kInvalidArgument, "compression_threads must be 0 (one per core) to " +
+                                                    std::to_string(kMaxThreadsSetting) + ", got " +
+                                                    std::to_string(compression_threads));
+  }
+  if (compression == Compression::kNone && compression_level) {
+    return Status(StatusCode::kInvalidArgument,
+                  "compression_level " + std::to_string(*compression_level) +
+                      " was given without a compression codec: set compression to zstd or lz4, or drop the level");
+  }
   if (compression != Compression::kNone) {
     FP_RETURN_IF_ERROR(check_compression_level(compression, effective_compression_level()));
   }

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/regular_file.h"
@@ -138,14 +139,25 @@ Result<ConfigFile> parse_at(const std::string& path, const std::string& text, co
 
 Result<ConfigFile> parse_config(std::string_view text, const std::string& what, const EngineOptions& base) {
   bool too_deep = false;
+  // A key given twice in one object is refused: nlohmann keeps the last one silently, and a
+  // setting that says two things is a mistake to report, not to resolve.
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string repeated;
   Json j = Json::parse(
       text.begin(), text.end(),
-      [&too_deep](int depth, Json::parse_event_t, Json&) {
+      [&](int depth, Json::parse_event_t event, Json& parsed) {
         if (depth > kMaxConfigDepth) too_deep = true;
+        if (event == Json::parse_event_t::object_start) keys.emplace_back();
+        if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+        if (event == Json::parse_event_t::key && !keys.empty() && parsed.is_string() &&
+            !keys.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
+          repeated = parsed.get<std::string>();
+        }
         return depth <= kMaxConfigDepth;
       },
       /*allow_exceptions=*/false);
   if (too_deep) return bad(what, "nested deeper than a configuration is");
+  if (!repeated.empty()) return bad(what, "the key \"" + repeated + "\" appears twice in one object");
   if (j.is_discarded()) return bad(what, "not valid JSON");
   if (!j.is_object()) return bad(what, "a configuration is a JSON object");
   auto format = j.find("format");

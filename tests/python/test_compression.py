@@ -192,6 +192,11 @@ def test_cli_inspect_and_convert_compress_and_decompress(tmp_path: Path) -> None
     assert r.returncode == 2 and "checkpoint DST only" in r.stderr, r.stderr
     r = run("convert", str(tmp_path / "z" / "c"), str(tmp_path / "y"), "--tag", "y", "--compression", "gzip")
     assert r.returncode != 0
+    # A level without a codec says nothing: refused, not ignored.
+    r = run("convert", str(tmp_path / "z" / "c"), str(tmp_path / "y"), "--tag", "l",
+            "--compression-level", "99", "--no-progress")
+    assert r.returncode == 2 and "without a compression codec" in r.stderr, r.stderr
+    assert not (tmp_path / "y" / "l").exists()
 
 
 @pytest.mark.parametrize("codec", CODECS)

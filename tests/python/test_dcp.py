@@ -224,3 +224,37 @@ def test_writers_of_one_process_share_their_pinned_staging(tmp_path: Path) -> No
     assert torch.equal(out["w"], state["w"])
     third.close()
     other.close()
+
+
+def _edit_metadata(path: Path, edit: Any) -> None:
+    """Rewrites a checkpoint's dcp-metadata.pt (saved without checksums) with `edit` applied,
+    padded to its size, so that it passes the cheap checks."""
+    meta = path / _core.layout.DCP_METADATA_FILE_NAME
+    size = meta.stat().st_size
+    metadata = pickle.loads(meta.read_bytes())  # trusted: the test wrote it
+    edit(metadata)
+    payload = pickle.dumps(metadata)
+    assert len(payload) <= size
+    meta.write_bytes(payload + b"\0" * (size - len(payload)))
+
+
+@pytest.mark.parametrize("edit", ["shape", "dtype"])
+def test_metadata_that_disagrees_with_the_stored_block_is_damage(tmp_path: Path, edit: str) -> None:
+    """DCP metadata that gives a block another shape (a [5] over a stored [10]) or dtype than the
+    stored block is refused as damage, never narrowed or converted into what it claims."""
+    path = tmp_path / "t"
+    dcp.save({"w": torch.arange(10, dtype=torch.float32)},
+             storage_writer=FastPersistWriter(path, checksums=False))
+
+    def shrink(metadata: Any) -> None:
+        record = metadata.state_dict_metadata["w"]
+        record.size = torch.Size([5])
+        record.chunks[0].sizes = torch.Size([5])
+
+    def retype(metadata: Any) -> None:
+        metadata.state_dict_metadata["w"].properties.dtype = torch.float64
+
+    _edit_metadata(path, shrink if edit == "shape" else retype)
+    out = {"w": torch.zeros(5) if edit == "shape" else torch.zeros(10, dtype=torch.float64)}
+    with pytest.raises(CheckpointException, match=r"the DCP metadata (gives its block the shape \[5\]|says torch.float64)"):
+        dcp.load(out, storage_reader=FastPersistReader(path))

@@ -395,6 +395,21 @@ TEST(ShardWriterTest, RefusesAPlanOfOtherTensorsAndBadOptions) {
   bad = small_writer_options();
   bad.staging_budget_bytes = 100;
   EXPECT_EQ(ShardWriter::create(bad).status().code(), StatusCode::kInvalidArgument);
+  // Settings that would start a thread count nobody meant, or say nothing, are bad input.
+  auto refused = [](const ShardWriterOptions& o, const std::string& needle) {
+    Status st = ShardWriter::create(o).status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
+  };
+  bad = small_writer_options();
+  bad.max_parallel_files = 0;
+  refused(bad, "max_parallel_files must be 1 to 1024, got 0");
+  bad = small_writer_options();
+  bad.compression_threads = 1000000000;
+  refused(bad, "compression_threads must be 0 (one per core) to 1024");
+  bad = small_writer_options();
+  bad.compression_level = 99;  // without a codec
+  refused(bad, "compression_level 99 was given without a compression codec");
 }
 
 // A write into a directory that does not exist fails cleanly (ENOENT, the path).

@@ -95,6 +95,8 @@ TEST(ConfigFileTest, EveryMistakeIsNamed) {
       {"{\"format\": ", "not valid JSON"},
       {"[1, 2]", "a configuration is a JSON object"},
       {std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
+      {config(R"({"queue_depth": 8, "queue_depth": 64})"), "the key \"queue_depth\" appears twice"},
+      {R"({"format": "fastpersist-config", "version": 1, "version": 1})", "the key \"version\" appears twice"},
   };
   for (const Case& c : cases) {
     Result<ConfigFile> r = parse_config(c.text, "my.json");
