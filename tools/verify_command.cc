@@ -88,7 +88,9 @@ Outcome verify_dir(const std::string& dir, const std::string& tag, IoEngine& eng
 }
 
 std::string speed(const Outcome& o) {
-  if (!o.has_checksums) return "saved without checksums: only sizes and headers were checked";
+  if (!o.has_checksums) {
+    return "saved without checksums: only sizes, headers and compressed frames were checked";
+  }
   std::string text =
       format_bytes(o.bytes_checked) + " checked in " + format_fixed(o.seconds, 2) + " s";
   if (o.seconds > 0 && o.bytes_checked > 0) {

@@ -52,7 +52,9 @@ Result<std::optional<std::string>> latest_checkpoint(const std::string& root);
 struct VerifyReport {
   std::vector<std::string> problems;  // "tensor 'model.w' in tensors-00000-of-00001...: ..."
   uint64_t bytes_checked = 0;
-  bool has_checksums = true;  // false: saved without checksums; only sizes and headers checked
+  // false: saved without checksums; only sizes, headers and the frames of compressed tensors
+  // (which carry content checksums of their own) were checked
+  bool has_checksums = true;
   bool ok() const { return problems.empty(); }
 };
 Result<VerifyReport> verify_checkpoint(

@@ -38,7 +38,7 @@ void bind_load_outcome(nb::module_& m) {
       .def_ro("problems", &PyVerifyReport::problems, "one line per problem; empty when intact")
       .def_ro("bytes_checked", &PyVerifyReport::bytes_checked)
       .def_ro("has_checksums", &PyVerifyReport::has_checksums,
-              "False: saved without checksums, only sizes and headers were checked")
+              "False: saved without checksums; only sizes, headers and compressed frames were checked")
       .def_prop_ro("ok", [](const PyVerifyReport& r) { return nb::len(r.problems) == 0; });
 }
 

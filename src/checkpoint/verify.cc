@@ -95,10 +95,13 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
   std::vector<Range> ranges;
   ranges.reserve(tensors.size() + 1);
   if (checksums) ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes, nullptr, {}});
-  for (size_t i : (checksums ? tensors : std::span<const size_t>{})) {
+  for (size_t i : tensors) {
     const ManifestTensor& t = m.tensors[i];
-    // The checksum is of the raw bytes; only a supported encoding can give them back.
+    // The checksum is of the raw bytes; only a supported encoding can give them back. Without
+    // checksums, compressed tensors are still decoded: their frames carry content checksums of
+    // their own, so damage shows even then.
     if (!check_encoding_supported(t).is_ok()) continue;
+    if (!checksums && t.encoding == kEncodingRaw) continue;
     ranges.push_back({t.offset, t.offset + t.stored_length, t.checksum, i, nullptr, {}});
   }
   std::sort(ranges.begin(), ranges.end(),
@@ -154,6 +157,7 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       problems.push_back(ranges[r].damage.message());
       continue;
     }
+    if (!checksums) continue;  // decoded without damage is all that can be known
     uint64_t actual = streams[r].digest();
     if (ranges[r].tensor != kLeadingBytes) {
       // The XXH3-128 content digest (incremental saves reference a base tensor by it) must
@@ -200,7 +204,9 @@ Status check_checkpoint_file(const std::string& path, const Manifest& m, size_t 
   }
   if (f.role == "tensors") check_header(path, f, m, tensors, problems);
   const bool checksums = m.checksum_algorithm != kNoChecksum;
-  if (!checksums && !io.sink) return Status::ok();
+  const bool encoded = std::any_of(tensors.begin(), tensors.end(),
+                                   [&](size_t i) { return m.tensors[i].encoding != kEncodingRaw; });
+  if (!checksums && !io.sink && !encoded) return Status::ok();
   return check_data(path, f, m, tensors, checksums, io, problems);
 }
 

@@ -288,6 +288,27 @@ TEST_F(CompressionTest, DamagedFramesAndTablesAreReportedAndNeverLoaded) {
   expect_verifies(dir);
 }
 
+// Saved without checksums, a damaged frame is still found by verify (the frames' own content
+// checksums), as load() finds it, and an intact checkpoint still verifies.
+TEST_F(CompressionTest, VerifyDecodesFramesEvenWithoutChecksums) {
+  const TestState state = compressible_state();
+  CheckpointOptions o = compressed_options(Compression::kZstd);
+  o.checksums = false;
+  const std::string dir = save(state, o);
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport intact, verify_checkpoint(dir, *engine_));
+  EXPECT_TRUE(intact.ok()) << joined(intact.problems);
+  EXPECT_FALSE(intact.has_checksums);
+  FP_ASSERT_OK_AND_ASSIGN(Manifest m, read_manifest(dir));
+  const ManifestTensor& t = tensor(m, "w.f32");
+  ASSERT_NE(t.encoding, "raw");
+  flip_byte(dir + "/" + t.file, t.offset + t.stored_length / 2);
+  auto reader = open(dir);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(reader->load(LoadRequest{}).status().code(), StatusCode::kDataLoss);
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report, verify_checkpoint(dir, *engine_));
+  EXPECT_TRUE(any_contains(report.problems, "w.f32")) << joined(report.problems);
+}
+
 TEST_F(CompressionTest, BadOptionsAreRefused) {
   CheckpointOptions o = compressed_options(Compression::kZstd, 1000);
   auto mgr = CheckpointManager::open(root_.path(), o);
