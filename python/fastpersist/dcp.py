@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.distributed.checkpoint import load as dcp_load
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
 from torch.distributed.checkpoint.planner import (
@@ -65,7 +66,7 @@ from ._checkpoint_options import SETTINGS, checkpoint_options
 from ._tensor_source import source_tensor
 from .checkpoint_loading import _destination, _wrap
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError, torch_dtype
-from .errors import CheckpointCorruptError
+from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .import_dcp_metadata import unpickle_metadata
 
 __all__ = ["FastPersistReader", "FastPersistWriter", "load_dcp_checkpoint"]
@@ -616,14 +617,36 @@ def load_dcp_checkpoint(path: str, *, into: Any = None, verify: bool = True, str
     `into` (resharded to its tensors' layout; DTensors need their process group), or, without
     `into`, the whole state with every tensor whole (the blocks of every rank reassembled)."""
     reader = FastPersistReader(path, verify=verify, unsafe_objects=unsafe_objects)
-    if into is None:
-        state: Dict[str, Any] = {}
-        _load_state_dict(state, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(),
-                         no_dist=True)
-        return state
-    dcp_load(into, storage_reader=reader, planner=DefaultLoadPlanner(allow_partial_load=not strict),
-             no_dist=True)
+    # Read (and check) the metadata first: DCP turns a failure there into an AssertionError
+    # ("metadata is None") that hides ours.
+    reader.read_metadata()
+    try:
+        if into is None:
+            state: Dict[str, Any] = {}
+            _load_state_dict(state, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(),
+                             no_dist=True)
+            return state
+        dcp_load(into, storage_reader=reader,
+                 planner=DefaultLoadPlanner(allow_partial_load=not strict), no_dist=True)
+    except CheckpointException as e:
+        raise _single_process_error(path, e) from None
     return into
+
+
+def _single_process_error(path: str, e: CheckpointException) -> Exception:
+    """DCP's CheckpointException (a BaseException, which ``except Exception`` misses) as the
+    error its failure was: fastpersist's own classes (damage, an unsupported or unsafe
+    checkpoint) keep theirs, so callers such as ``resume()`` fall back past a damaged
+    checkpoint; anything else is raised as itself."""
+    failures = [f[0] if isinstance(f, tuple) else f for f in e.failures.values()]
+    for cls in (CheckpointCorruptError, UnsafeCheckpointObjectError, CheckpointUnsupportedError):
+        for failure in failures:
+            if isinstance(failure, cls):
+                return cls(f"fastpersist: cannot load {path}: {failure}")
+    first = failures[0] if failures else None
+    if isinstance(first, Exception):
+        return first
+    return CheckpointCorruptError(f"fastpersist: cannot load {path}: {e}")
 
 
 def _why(e: Exception) -> str:

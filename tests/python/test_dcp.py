@@ -258,3 +258,40 @@ def test_metadata_that_disagrees_with_the_stored_block_is_damage(tmp_path: Path,
     out = {"w": torch.zeros(5) if edit == "shape" else torch.zeros(10, dtype=torch.float64)}
     with pytest.raises(CheckpointException, match=r"the DCP metadata (gives its block the shape \[5\]|says torch.float64)"):
         dcp.load(out, storage_reader=FastPersistReader(path))
+
+
+@pytest.mark.parametrize("damage", ["metadata_bit_rot", "tensor_bit_rot", "hostile_metadata"])
+def test_resume_falls_back_past_a_damaged_dcp_checkpoint(tmp_path: Path, damage: str) -> None:
+    """resume() skips a DCP-written checkpoint that is damaged or hostile (DCP's
+    CheckpointException, a BaseException, is mapped to fastpersist's errors) and loads the
+    previous intact one; a plain load raises CheckpointCorruptError, not DCP's exception."""
+    root = tmp_path / "root"
+    dcp.save({"w": torch.arange(8.0)}, storage_writer=FastPersistWriter(root / "step-1", step=1))
+    # Hostile metadata passes the cheap checks only without checksums (same size, no content check).
+    dcp.save({"w": torch.arange(8.0) + 1},
+             storage_writer=FastPersistWriter(root / "step-2", step=2,
+                                              checksums=damage != "hostile_metadata"))
+    newest = root / "step-2"
+    if damage == "metadata_bit_rot":
+        target = newest / _core.layout.DCP_METADATA_FILE_NAME
+        offset = target.stat().st_size // 2
+    elif damage == "tensor_bit_rot":
+        target = next(newest.glob("*.safetensors"))
+        offset = target.stat().st_size - 4  # inside the last tensor's bytes
+    if damage == "hostile_metadata":
+        _Hostile.marker = str(tmp_path / "pwned")
+        meta = newest / _core.layout.DCP_METADATA_FILE_NAME
+        size = meta.stat().st_size
+        payload = pickle.dumps(_Hostile(), protocol=2)
+        meta.write_bytes(payload + b"\0" * (size - len(payload)))
+    else:
+        data = bytearray(target.read_bytes())
+        data[offset] ^= 0xFF
+        target.write_bytes(bytes(data))
+    with fastpersist.CheckpointManager(root) as manager:
+        with pytest.warns(UserWarning, match="skipping damaged checkpoint step-2"):
+            tag, state = manager.resume()
+        assert tag == "step-1" and torch.equal(state["w"], torch.arange(8.0))
+        with pytest.raises(fastpersist.CheckpointCorruptError):
+            manager.load("step-2")
+    assert not (tmp_path / "pwned").exists()
