@@ -57,6 +57,8 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 
+from .pickle_bounds import SIZED, bounded_constructor
+
 from . import _core
 from .errors import CheckpointUnsupportedError
 
@@ -420,9 +422,14 @@ class _RestrictedUnpickler(_LoadMixin, pickle.Unpickler):
         super().__init__(io.BytesIO(data))
         self._lookup = lookup
         self.dropped = False
+        self._limit = len(data)
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102
-        return _torch_safe_global(module, name)
+        found = _torch_safe_global(module, name)
+        if module in ("builtins", "__builtin__") and name in SIZED:
+            # No bytearray(N) larger than the sidecar itself (pickle_bounds.py).
+            return bounded_constructor(name, self._limit, "the checkpoint's object sidecar")
+        return found
 
 
 def _remove_dropped(obj: Any) -> Any:

@@ -68,6 +68,7 @@ from .checkpoint_loading import _destination, _wrap
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError, torch_dtype
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .import_dcp_metadata import unpickle_metadata
+from .pickle_bounds import PickleTooLargeError, check_torch_file
 
 __all__ = ["FastPersistReader", "FastPersistWriter", "load_dcp_checkpoint"]
 
@@ -513,7 +514,10 @@ class FastPersistReader(StorageReader):
             value = data[offset:offset + length]
             if not self._unsafe_objects:
                 try:
+                    check_torch_file(value, f"the value of {item.dest_index.fqn!r}")
                     torch.load(io.BytesIO(value), weights_only=True)
+                except PickleTooLargeError as e:
+                    raise CheckpointCorruptError(f"fastpersist: {e}") from None
                 except Exception as e:  # noqa: BLE001
                     raise UnsafeCheckpointObjectError(
                         f"fastpersist: the value of {item.dest_index.fqn!r} needs more than torch's "
@@ -546,7 +550,7 @@ class FastPersistReader(StorageReader):
                 f"{[int(n) for n in chunk.sizes]}, the stored block {list(stored.shape)} "
                 "(damaged or edited metadata)")
         dtype = getattr(getattr(meta, "properties", None), "dtype", None)
-        if DTYPE_TO_SAFETENSORS.get(dtype) != stored.dtype:
+        if not isinstance(dtype, torch.dtype) or DTYPE_TO_SAFETENSORS.get(dtype) != stored.dtype:
             raise CheckpointCorruptError(
                 f"fastpersist: {fqn!r}: the DCP metadata says {dtype}, the stored block is "
                 f"{stored.dtype} (damaged or edited metadata)")

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Dict, List, Set, Tuple
 
 import torch
 
+from .pickle_bounds import SIZED, bounded_constructor
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
 
 __all__ = ["METADATA_FILE", "METADATA_GLOBALS", "is_dcp_dir", "rank_local_metadata",
@@ -75,12 +76,15 @@ def _refused(what: str, full_name: str) -> UnsafeForeignObjectError:
 class _MetadataUnpickler(pickle.Unpickler):
     """Resolves only :data:`METADATA_GLOBALS` and torch's weights-only allowlist."""
 
-    def __init__(self, file: BinaryIO, what: str) -> None:
+    def __init__(self, file: BinaryIO, what: str, limit: int) -> None:
         super().__init__(file)
         self._what = what
+        self._limit = limit  # the input's size: no bytearray(N) larger (pickle_bounds.py)
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102
         full_name = f"{module}.{name}"
+        if module in ("builtins", "__builtin__") and name in SIZED:
+            return bounded_constructor(name, self._limit, self._what)
         if name in METADATA_GLOBALS.get(module, ()):
             try:
                 found = getattr(importlib.import_module(module), name)
@@ -108,7 +112,7 @@ def unpickle_metadata(data: bytes, what: str) -> Any:
     from torch.distributed.checkpoint.metadata import Metadata
 
     try:
-        metadata = _MetadataUnpickler(io.BytesIO(data), what).load()
+        metadata = _MetadataUnpickler(io.BytesIO(data), what, len(data)).load()
     except (ForeignCheckpointError, UnsafeForeignObjectError):
         raise
     except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways
@@ -132,7 +136,9 @@ def read_metadata(path: str, *, weights_only: bool = True) -> Any:
     what = f"DCP metadata {file}"
     with open(file, "rb") as f:
         try:
-            metadata = _MetadataUnpickler(f, what).load() if weights_only else pickle.load(f)
+            limit = os.fstat(f.fileno()).st_size
+            metadata = (_MetadataUnpickler(f, what, limit).load() if weights_only
+                        else pickle.load(f))
         except ForeignCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways

@@ -50,6 +50,7 @@ import torch
 
 from .import_deepspeed_layout import LATEST_FILE, find_deepspeed_checkpoint, zero_files
 from .import_errors import ForeignCheckpointError, weights_only_refusal
+from .pickle_bounds import PickleTooLargeError, check_torch_file
 
 __all__ = ["STAND_INS", "find_deepspeed_checkpoint", "load_deepspeed_dir"]
 
@@ -90,8 +91,11 @@ def _load(path: str, weights_only: bool) -> Any:
     try:
         if not weights_only:
             return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        check_torch_file(path, path)  # no bytearray(N) beyond the file (pickle_bounds.py)
         with torch.serialization.safe_globals(list(STAND_INS)):
             return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except PickleTooLargeError as e:
+        raise ForeignCheckpointError(str(e)) from None
     except pickle.UnpicklingError as e:
         if weights_only:
             raise weights_only_refusal(e, path) from None
