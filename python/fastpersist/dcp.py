@@ -67,7 +67,8 @@ from ._tensor_source import source_tensor
 from .checkpoint_loading import _destination, _wrap
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError, torch_dtype
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
-from .import_dcp_metadata import unpickle_metadata
+from .import_dcp_metadata import check_planner_data, unpickle_metadata
+from .import_errors import ForeignCheckpointError
 from .pickle_bounds import PickleTooLargeError, check_torch_file
 
 __all__ = ["FastPersistReader", "FastPersistWriter", "load_dcp_checkpoint"]
@@ -458,6 +459,10 @@ class FastPersistReader(StorageReader):
                                          f"fastpersist can read safely: {e}") from None
         if not isinstance(metadata.storage_data, dict):
             raise CheckpointCorruptError(f"fastpersist: {reader.dir}/{name} is not DCP metadata")
+        try:
+            check_planner_data(metadata, f"{reader.dir}/{name}")
+        except ForeignCheckpointError as e:
+            raise CheckpointCorruptError(f"fastpersist: {e}") from None
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta()
         return metadata

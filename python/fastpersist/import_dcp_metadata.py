@@ -32,7 +32,7 @@ from .pickle_bounds import SIZED, bounded_constructor
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
 
 __all__ = ["METADATA_FILE", "METADATA_GLOBALS", "is_dcp_dir", "rank_local_metadata",
-           "read_metadata", "unpickle_metadata"]
+           "read_metadata", "unpickle_metadata", "check_planner_data"]
 
 METADATA_FILE = ".metadata"
 
@@ -202,9 +202,18 @@ def _check_metadata(metadata: Any, path: str, what: str) -> None:
         else:
             raise ForeignCheckpointError(f"{what}: {fqn} is a {type(item).__name__}")
     _check_tensor_format(storage, items, path, what)
-    for fqn, obj_path in (metadata.planner_data or {}).items():
-        # set_element grows a list up to an index: a list in the state has at most one entry
-        # per item, so a larger index can only be an attempt to exhaust memory.
+    check_planner_data(metadata, what)
+
+
+def check_planner_data(metadata: Any, what: str) -> None:
+    """Every nesting path (``planner_data``) holds keys and in-range list indices: DCP's
+    set_element grows a list up to an index, and a list in the state has at most one entry per
+    item, so a larger index can only be an attempt to exhaust memory."""
+    items = metadata.state_dict_metadata
+    planner_data = metadata.planner_data or {}
+    if not isinstance(planner_data, dict) or not isinstance(items, dict):
+        raise ForeignCheckpointError(f"{what}: its nesting table is a {type(planner_data).__name__}")
+    for fqn, obj_path in planner_data.items():
         if (not isinstance(obj_path, tuple) or not obj_path
                 or any(type(k) is not str and not (type(k) is int and 0 <= k < len(items))
                        for k in obj_path)):

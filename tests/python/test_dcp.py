@@ -233,7 +233,7 @@ def _edit_metadata(path: Path, edit: Any) -> None:
     size = meta.stat().st_size
     metadata = pickle.loads(meta.read_bytes())  # trusted: the test wrote it
     edit(metadata)
-    payload = pickle.dumps(metadata)
+    payload = min((pickle.dumps(metadata, protocol=p) for p in (2, 3, 4, 5)), key=len)
     assert len(payload) <= size
     meta.write_bytes(payload + b"\0" * (size - len(payload)))
 
@@ -295,3 +295,19 @@ def test_resume_falls_back_past_a_damaged_dcp_checkpoint(tmp_path: Path, damage:
         with pytest.raises(fastpersist.CheckpointCorruptError):
             manager.load("step-2")
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_nesting_index_beyond_the_items_is_damage(tmp_path: Path) -> None:
+    """A planner_data path with a list index of 3 * 10**6 (DCP's set_element would append
+    that many Nones) is refused as damage before DCP builds anything."""
+    path = tmp_path / "t"
+    dcp.save({"w": torch.arange(4.0), "a_long_name_that_leaves_room": torch.arange(2.0)},
+             storage_writer=FastPersistWriter(path, checksums=False))
+
+    def deepen(metadata: Any) -> None:
+        metadata.planner_data = {"w": (3_000_000,)}  # shorter than before: fits the file
+
+    _edit_metadata(path, deepen)
+    with fastpersist.CheckpointManager(tmp_path) as manager:
+        with pytest.raises(fastpersist.CheckpointCorruptError, match=r"nesting path of w is \(3000000,\)"):
+            manager.load("t")
