@@ -15,6 +15,9 @@
 namespace fastpersist::checkpoint {
 namespace {
 
+// The first piece of a manifest fetched (most manifests are smaller: one request).
+constexpr uint64_t kFirstManifestPieceBytes = uint64_t{1} << 20;
+
 std::string manifest_key(const std::string& tag) { return tag + "/" + std::string(kManifestFileName); }
 
 // The tag a key belongs to ("" when the key is not under a tag's name).
@@ -58,9 +61,23 @@ Result<std::string> ObjectTier::fetch_manifest(const std::string& tag, uint64_t 
                                              " bytes, more than any fastpersist writes")
         .with_path(url_ + "/" + key);
   }
-  std::string json(static_cast<size_t>(size), '\0');
-  Status st = store_->get(key, 0, std::as_writable_bytes(std::span<char>(json)));
-  if (!st.is_ok()) return st;
+  // The listing's size is untrusted: the bytes are fetched in pieces that double only once the
+  // bytes before them arrived, so memory follows what the object holds, not what it claims.
+  std::string json;
+  uint64_t piece = kFirstManifestPieceBytes;
+  while (json.size() < size) {
+    const size_t at = json.size();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(piece, size - at));
+    json.resize(at + n);
+    Status st = store_->get(key, at, std::as_writable_bytes(std::span<char>(json).subspan(at)));
+    if (st.code() == StatusCode::kDataLoss) {
+      return Status(StatusCode::kDataLoss, "the listing says the manifest is " + std::to_string(size) +
+                                               " bytes, but the object ends before " + std::to_string(at + n))
+          .with_path(url_ + "/" + key);
+    }
+    if (!st.is_ok()) return st;
+    piece *= 2;
+  }
   return json;
 }
 

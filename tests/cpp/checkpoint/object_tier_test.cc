@@ -273,6 +273,33 @@ TEST_F(ObjectTierTest, VerifyFindsDamageInTheStoreAndAPullRefusesIt) {
   EXPECT_NE(scan.damaged[0].reason.find("the manifest says"), std::string::npos) << scan.damaged[0].reason;
 }
 
+// A listing is untrusted: one that claims a 3 GiB manifest for an object of a few KiB makes no
+// 3 GiB allocation (the manifest is fetched in pieces that grow only as bytes arrive) and is
+// reported as damage, by read_manifest and by scan().
+TEST_F(ObjectTierTest, AListingThatClaimsAHugeManifestAllocatesNothingOfIt) {
+  TestState s = mixed_state(1);
+  {
+    auto m = open(options({tier()}), local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_TRUE(save(*m, "s1", s).empty());
+    FP_ASSERT_OK(m->wait_drains());
+    FP_ASSERT_OK(m->close());
+  }
+  store_->manifest_size_lie = uint64_t{3} << 30;
+  store_->largest_get = 0;
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  auto read = objects.read_manifest("s1");
+  ASSERT_FALSE(read.is_ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss) << read.status().to_string();
+  EXPECT_NE(read.status().message().find("the object ends before"), std::string::npos) << read.status().to_string();
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::RootScan scan, objects.scan());
+  EXPECT_TRUE(scan.committed.empty());
+  EXPECT_EQ(scan.damaged.size(), 1u);
+  EXPECT_LE(store_->largest_get.load(), uint64_t{4} << 20) << "a get sized by the listing's claim";
+  store_->manifest_size_lie = 0;
+  FP_EXPECT_OK(objects.read_manifest("s1").status());
+}
+
 TEST_F(ObjectTierTest, AFailedPartAbortsTheUploadAndRemovesWhatWasSent) {
   TestState s = big_state(1);
   {

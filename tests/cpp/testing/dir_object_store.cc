@@ -37,13 +37,18 @@ Result<std::vector<ObjectEntry>> DirObjectStore::list(const std::string& prefix)
   for (const auto& e : fs::recursive_directory_iterator(root)) {
     if (!e.is_regular_file()) continue;
     std::string key = fs::relative(e.path(), root).string();
-    if (key.compare(0, prefix.size(), prefix) == 0) out.push_back({key, static_cast<uint64_t>(e.file_size())});
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    uint64_t size = static_cast<uint64_t>(e.file_size());
+    if (key.size() >= 13 && key.compare(key.size() - 13, 13, "manifest.json") == 0) size += manifest_size_lie;
+    out.push_back({key, size});
   }
   return out;
 }
 
 Status DirObjectStore::get(const std::string& key, uint64_t offset, std::span<std::byte> into) {
   FP_RETURN_IF_ERROR(check(key));
+  for (uint64_t seen = largest_get.load(); into.size() > seen && !largest_get.compare_exchange_weak(seen, into.size());) {
+  }
   std::ifstream in(path_of(key), std::ios::binary);
   if (!in) return Status(StatusCode::kNotFound, "no such key: " + key);
   in.seekg(static_cast<std::streamoff>(offset));

@@ -39,12 +39,15 @@ class DirObjectStore final : public ObjectStore {
   std::atomic<bool> unreachable{false};
   std::string fail_key;  // set before use
   std::chrono::milliseconds part_delay{0};  // each upload_part sleeps this long
+  // A lying listing: list() reports each manifest.json this many bytes larger than it is.
+  std::atomic<uint64_t> manifest_size_lie{0};
 
   // What was asked.
   std::atomic<int> parts_in_flight{0};
   std::atomic<int> most_parts_in_flight{0};
   std::atomic<uint64_t> parts_uploaded{0};
   std::atomic<uint64_t> puts{0};
+  std::atomic<uint64_t> largest_get{0};  // the most bytes one get() asked for
   std::vector<std::string> open_uploads();  // "key upload-id" of unfinished uploads
 
   // The object's bytes ("" when absent); writes an object directly (damage, debris).
