@@ -37,7 +37,9 @@ struct IntervalAdvice {
   double total_waste = 0;
 };
 
-// kInvalidArgument for a time that is not finite and positive (restart: not negative).
+// kInvalidArgument for a time that is not finite and positive (restart: not negative), above
+// 1e12 s, or a step time so small that the interval would be more than 1e15 steps. Every
+// figure of the advice is finite.
 Result<IntervalAdvice> advise_interval(double checkpoint_seconds, double mtbf_seconds,
                                        std::optional<double> step_seconds = std::nullopt,
                                        double restart_seconds = 0);

@@ -52,6 +52,17 @@ TEST(AdviseIntervalTest, BadTimesAreRefused) {
     EXPECT_EQ(advise_interval(1, 100, bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_EQ(advise_interval(1, 100, std::nullopt, -1).status().code(), StatusCode::kInvalidArgument);
+  // Out of range: no overflow into non-finite advice, no step count that does not fit.
+  EXPECT_EQ(advise_interval(1e308, 100).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(advise_interval(1, 1e308).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(advise_interval(1e9, 1e9 * 3600, 1e-9).status().code(), StatusCode::kInvalidArgument);
+  auto tiny = advise_interval(1e9, 1e11, 1e-9);
+  ASSERT_FALSE(tiny.is_ok());
+  EXPECT_NE(tiny.status().message().find("step time is too small"), std::string::npos) << tiny.status().to_string();
+  // The largest accepted times give finite, consistent advice.
+  FP_ASSERT_OK_AND_ASSIGN(IntervalAdvice edge, advise_interval(1e12, 1e12, 1e12, 1e12));
+  EXPECT_TRUE(std::isfinite(edge.interval_seconds) && std::isfinite(edge.total_waste));
+  EXPECT_EQ(edge.interval_steps, 1);
 }
 
 class SavePolicyTest : public ::testing::Test {
