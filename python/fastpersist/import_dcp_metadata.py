@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, Dict, List, Set, Tuple
 import torch
 
 from .pickle_bounds import SIZED, bounded_constructor
-from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
+from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError, refuse_link
 
 __all__ = ["METADATA_FILE", "METADATA_GLOBALS", "is_dcp_dir", "rank_local_metadata",
            "read_metadata", "unpickle_metadata", "check_planner_data"]
@@ -132,7 +132,7 @@ def read_metadata(path: str, *, weights_only: bool = True) -> Any:
     """
     from torch.distributed.checkpoint.metadata import Metadata
 
-    file = os.path.join(path, METADATA_FILE)
+    file = refuse_link(os.path.join(path, METADATA_FILE))
     what = f"DCP metadata {file}"
     with open(file, "rb") as f:
         try:
@@ -160,7 +160,7 @@ def _inside(directory: str, relative: Any, what: str) -> str:
             or any(part in ("", ".", "..") for part in relative.replace("\\", "/").split("/"))):
         raise ForeignCheckpointError(f"{what} names the file {relative!r}, which is not a file "
                                      "name inside the checkpoint directory")
-    return os.path.join(directory, relative)
+    return refuse_link(os.path.join(directory, relative))
 
 
 def _check_metadata(metadata: Any, path: str, what: str) -> None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from .import_errors import ForeignCheckpointError
+from .import_errors import ForeignCheckpointError, refuse_link
 
 __all__ = ["LATEST_FILE", "ZeroFiles", "find_deepspeed_checkpoint", "zero_files"]
 
@@ -82,7 +82,7 @@ def find_deepspeed_checkpoint(path: str) -> Optional[str]:
     if tag is not None:
         folder = os.path.join(path, tag)
         if _has_model_states(folder):
-            return folder
+            return refuse_link(folder)
         if not os.path.exists(folder) and any(
                 _has_model_states(os.path.join(path, n)) for n in os.listdir(path)):
             raise ForeignCheckpointError(f"{path}/{LATEST_FILE} names {tag}, which does not "
@@ -111,6 +111,7 @@ def zero_files(folder: str) -> ZeroFiles:
             raise ForeignCheckpointError(
                 f"{folder} holds {name}: a model (tensor or pipeline) parallel checkpoint, whose "
                 "weights are split by layer as well; only model parallel rank 00 is supported")
+        refuse_link(os.path.join(folder, name))
         if zero is None:
             single = os.path.join(folder, name)
         else:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pickle
 import re
 
-__all__ = ["ForeignCheckpointError", "UnsafeForeignObjectError", "weights_only_refusal"]
+__all__ = ["ForeignCheckpointError", "UnsafeForeignObjectError", "refuse_link",
+           "weights_only_refusal"]
 
 
 class ForeignCheckpointError(ValueError):
@@ -34,3 +35,16 @@ def weights_only_refusal(error: BaseException, what: str) -> UnsafeForeignObject
                    if line.startswith("WeightsUnpickler error:")),
                   lines[0] if lines else type(error).__name__)
     return UnsafeForeignObjectError(f"torch.load(weights_only=True) refused {what}: {detail}")
+
+
+def refuse_link(path: str) -> str:
+    """`path`, unless it is a symbolic link: an import reads a checkpoint's own files only, never
+    through a link, which could lead outside the folder it was given (fastpersist's own readers
+    refuse links the same way)."""
+    import os
+
+    if os.path.islink(path):
+        raise ForeignCheckpointError(f"{path} is a symbolic link, which a checkpoint never holds: "
+                                     "an import does not follow it (it could lead anywhere); copy "
+                                     "the file or folder in its place")
+    return path

@@ -310,3 +310,24 @@ def test_chunks_that_do_not_cover_the_tensor_are_refused(tmp_path: Path) -> None
     _rewrite_metadata(src, grow)
     with pytest.raises(ForeignCheckpointError, match="chunks of w hold 12 of its"):
         load_dcp_dir(str(src))
+
+
+def test_a_data_file_linked_out_of_the_directory_is_never_followed(tmp_path: Path) -> None:
+    """A .distcp file (or the .metadata) that is a symbolic link is refused: an import reads the
+    directory's own files only, as fastpersist's own readers do."""
+    src = tmp_path / "dcp"
+    dcp_save_here({"w": torch.arange(4.0)}, src)
+    data = sorted(src.glob("*.distcp"))[0]
+    outside = tmp_path / "outside.distcp"
+    data.rename(outside)
+    data.symlink_to(outside)
+    with pytest.raises(ForeignCheckpointError, match=r"\.distcp is a symbolic link"):
+        load_dcp_dir(str(src))
+    data.unlink()
+    outside.rename(data)
+    assert torch.equal(load_dcp_dir(str(src))["w"], torch.arange(4.0))
+    meta = src / ".metadata"
+    meta.rename(tmp_path / "outside.metadata")
+    meta.symlink_to(tmp_path / "outside.metadata")
+    with pytest.raises(ForeignCheckpointError, match=r"\.metadata is a symbolic link"):
+        load_dcp_dir(str(src))

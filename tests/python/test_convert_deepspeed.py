@@ -226,3 +226,24 @@ def test_layout_errors(tmp_path: Path) -> None:
         f.unlink()
     with pytest.raises(ForeignCheckpointError, match="not a ZeRO checkpoint"):
         load_deepspeed_dir(str(tag))
+
+
+def test_links_out_of_the_folder_are_never_followed(tmp_path: Path) -> None:
+    """An optimizer file that is a symbolic link (to a file outside the folder), and a tag folder
+    named by `latest` that is itself a link, are refused: an import reads the folder's own files
+    only, as fastpersist's own readers do."""
+    tag = _fake_zero_folder(tmp_path / "ds", None)
+    optim = tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    outside = tmp_path / "outside.pt"
+    optim.rename(outside)
+    optim.symlink_to(outside)
+    with pytest.raises(ForeignCheckpointError, match="optim_states.pt is a symbolic link"):
+        load_deepspeed_dir(str(tmp_path / "ds"))
+    optim.unlink()
+    outside.rename(optim)
+    assert same_bits(load_deepspeed_dir(str(tmp_path / "ds"))["w"], torch.ones(2))
+    elsewhere = tmp_path / "elsewhere"
+    tag.rename(elsewhere)
+    tag.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ForeignCheckpointError, match="global_step1 is a symbolic link"):
+        load_deepspeed_dir(str(tmp_path / "ds"))
