@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -107,18 +108,33 @@ class SplitFileReader {
   // reads each storage record in one call, which is exactly one piece: a file is never held
   // in memory twice.
   Status read_range(uint64_t offset, std::byte* out, size_t n, bool verify) const;
+  // The whole file, in order, to `sink` in pieces of at most `chunk_bytes` (a positive multiple
+  // of 4096): the other bytes as they are, each piece streamed from its tensor (decoded, and
+  // checked with `verify` once it has been streamed): a few chunks of memory, whatever the
+  // file's size. A non-OK status from the sink stops it and is returned.
+  Status stream(uint64_t chunk_bytes, bool verify, const std::function<Status(const std::byte*, size_t)>& sink) const;
+  const std::string& name() const { return name_; }
 
  private:
   SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes, uint64_t size,
-                  std::vector<SplitPiece> pieces, size_t rest_offset);
+                  std::vector<SplitPiece> pieces, std::vector<size_t> piece_tensors, size_t rest_offset);
   CheckpointReader* reader_;
   std::string name_;
   std::string bytes_;  // the skeleton file
   uint64_t size_;
   std::vector<SplitPiece> pieces_;
   std::vector<uint64_t> pieces_before_;  // per piece: the pieces' bytes before it
+  std::vector<size_t> piece_tensors_;    // per piece: its tensor's index in the manifest
   size_t rest_offset_;  // where the other bytes start in bytes_
 };
+
+// Writes `split` as the plain file <directory>/<split.name()> (new, through a FastFileWriter,
+// fdatasynced when `durable`), streamed (SplitFileReader::stream, every piece checked), and
+// returns its record: role "objects", its size, the XXH3-64 of the whole file (0 without
+// `checksums`), `rank`. What `fastpersist convert` writes a split DeepSpeed tag back with. On
+// failure no file is left.
+Result<ManifestFile> write_plain_file(const SplitFileReader& split, const std::string& directory, bool durable,
+                                      bool checksums, std::optional<uint32_t> rank);
 
 // Whether bytes that a file starts with are a skeleton's (its format tag): a plain torch.save
 // file starts otherwise ("PK", a zip archive).

@@ -249,16 +249,13 @@ class PyCheckpointReader {
     return nb::bytes(bytes.data(), bytes.size());
   }
 
-  // A split file (split_file.h) reassembled: the bytes the serializer produced, in a new bytes
-  // object filled without the GIL (nobody else can see it yet).
-  nb::bytes read_split_file(const std::string& name, bool verify) {
-    SplitFileReader split = unwrap(without_gil([&] { return SplitFileReader::open(*reader_, name); }));
-    if (split.size() > static_cast<uint64_t>(PY_SSIZE_T_MAX)) throw nb::value_error("read_split_file: too large");
-    nb::object out = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(split.size())));
-    if (!out.is_valid()) throw nb::python_error();
-    auto* data = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(out.ptr()));
-    check(without_gil([&] { return split.read_into(data, split.size(), verify); }));
-    return nb::borrow<nb::bytes>(out);
+  // A split file written back as the plain file <directory>/<name>, streamed; its record.
+  ManifestFile write_plain_split_file(const std::string& name, const std::string& directory, bool durable,
+                                      bool checksums, std::optional<uint32_t> rank) {
+    return unwrap(without_gil([&]() -> Result<ManifestFile> {
+      FP_ASSIGN_OR_RETURN(SplitFileReader split, SplitFileReader::open(*reader_, name));
+      return write_plain_file(split, directory, durable, checksums, rank);
+    }));
   }
 
   // A split file opened for reading in ranges (what torch.load reads through a file object).
@@ -432,9 +429,10 @@ void bind_checkpoint(nb::module_& m) {
       .def("read_objects", &PyCheckpointReader::read_objects)
       .def("open_split_file", &PyCheckpointReader::open_split_file, "name"_a, nb::keep_alive<0, 1>(),
            "A split file for reading in ranges (SplitFile); it keeps this reader alive.")
-      .def("read_split_file", &PyCheckpointReader::read_split_file, "name"_a, "verify"_a,
-           "A split file (a DeepSpeed tag saved compressed or incremental) reassembled into the bytes "
-           "torch.save produced; pieces checksum-checked with verify.")
+      .def("write_plain_split_file", &PyCheckpointReader::write_plain_split_file, "name"_a, "directory"_a,
+           "durable"_a, "checksums"_a, "rank"_a.none(),
+           "A split file written back as the new plain file directory/name, streamed (every piece "
+           "checked); returns its ManifestFile record.")
       .def("read_file", &PyCheckpointReader::read_file, "name"_a,
            "The whole objects-role file `name`, checksum-checked (KeyError-like NotFound when not listed).")
       .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)

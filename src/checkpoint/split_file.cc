@@ -13,6 +13,8 @@
 #include "checkpoint/incremental.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_load.h"
+#include "fastpersist/checksum.h"
+#include "fastpersist/fast_file_writer.h"
 #include "fastpersist/layout.h"
 
 namespace fastpersist {
@@ -24,6 +26,8 @@ constexpr size_t kPieceBytes = 16;          // offset, length
 // than half of it is decoded in a stream straight into its destination, instead of whole in
 // new memory first (which would hold the piece twice, and its stored bytes, at once).
 constexpr uint64_t kReadMemoryBytes = uint64_t{256} << 20;
+// What write_plain_file streams at a time.
+constexpr uint64_t kStreamChunkBytes = uint64_t{8} << 20;
 
 void put_u64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -161,12 +165,14 @@ Result<SplitWriteResult> write_split_files(const std::string& directory, const s
 }
 
 SplitFileReader::SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes, uint64_t size,
-                                 std::vector<SplitPiece> pieces, size_t rest_offset)
+                                 std::vector<SplitPiece> pieces, std::vector<size_t> piece_tensors,
+                                 size_t rest_offset)
     : reader_(reader),
       name_(std::move(name)),
       bytes_(std::move(bytes)),
       size_(size),
       pieces_(std::move(pieces)),
+      piece_tensors_(std::move(piece_tensors)),
       rest_offset_(rest_offset) {
   uint64_t before = 0;
   pieces_before_.reserve(pieces_.size());
@@ -184,8 +190,10 @@ Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const st
   }
   FP_ASSIGN_OR_RETURN(SplitSkeleton skeleton, decode_split_skeleton(bytes, path));
   const Manifest& m = reader.manifest();
-  std::unordered_map<std::string_view, const ManifestTensor*> by_name;
-  for (const ManifestTensor& t : m.tensors) by_name.emplace(t.name, &t);
+  std::unordered_map<std::string_view, size_t> by_name;
+  for (size_t i = 0; i < m.tensors.size(); ++i) by_name.emplace(m.tensors[i].name, i);
+  std::vector<size_t> piece_tensors;
+  piece_tensors.reserve(skeleton.pieces.size());
   for (size_t k = 0; k < skeleton.pieces.size(); ++k) {
     const std::string piece = split_piece_name(name, k);
     auto found = by_name.find(piece);
@@ -193,7 +201,8 @@ Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const st
       return Status(StatusCode::kDataLoss, "the manifest has no tensor '" + piece + "' for piece " + std::to_string(k))
           .with_path(path);
     }
-    const ManifestTensor& t = *found->second;
+    const ManifestTensor& t = m.tensors[found->second];
+    piece_tensors.push_back(found->second);
     const uint64_t length = skeleton.pieces[k].length;
     if (t.dtype != "U8" || t.shape != std::vector<uint64_t>{length} || t.length != length) {
       return Status(StatusCode::kDataLoss, "the manifest's tensor '" + piece + "' is not " + std::to_string(length) +
@@ -202,7 +211,8 @@ Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const st
     }
   }
   const size_t rest_offset = bytes.size() - skeleton.rest.size();
-  return SplitFileReader(&reader, name, std::move(bytes), skeleton.size, std::move(skeleton.pieces), rest_offset);
+  return SplitFileReader(&reader, name, std::move(bytes), skeleton.size, std::move(skeleton.pieces),
+                         std::move(piece_tensors), rest_offset);
 }
 
 Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify) const {
@@ -296,6 +306,59 @@ Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bo
   }
   if (!whole.destinations.empty()) FP_RETURN_IF_ERROR(reader_->load(whole).status());
   return Status::ok();
+}
+
+Status SplitFileReader::stream(uint64_t chunk_bytes, bool verify,
+                               const std::function<Status(const std::byte*, size_t)>& sink) const {
+  if (chunk_bytes == 0 || chunk_bytes % 4096 != 0) {
+    return Status(StatusCode::kInvalidArgument, "stream: chunk_bytes must be a positive multiple of 4096");
+  }
+  uint64_t at = 0;
+  size_t rest = rest_offset_;
+  auto other_bytes = [&](uint64_t until) -> Status {
+    while (at < until) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes, until - at));
+      FP_RETURN_IF_ERROR(sink(reinterpret_cast<const std::byte*>(bytes_.data()) + rest, n));
+      rest += n;
+      at += n;
+    }
+    return Status::ok();
+  };
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    FP_RETURN_IF_ERROR(other_bytes(pieces_[k].offset));
+    FP_RETURN_IF_ERROR(reader_->read_pieces(piece_tensors_[k], chunk_bytes, verify,
+                                            [&](uint64_t, const std::byte* data, size_t n) { return sink(data, n); }));
+    at += pieces_[k].length;
+  }
+  return other_bytes(size_);
+}
+
+Result<ManifestFile> write_plain_file(const SplitFileReader& split, const std::string& directory, bool durable,
+                                      bool checksums, std::optional<uint32_t> rank) {
+  const std::string path = checkpoint::join_path(directory, split.name());
+  FastFileWriterOptions o;
+  o.durable = durable;
+  FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> out, FastFileWriter::open(path, o));
+  Xxh3Stream hash;
+  uint64_t size = 0;
+  Status st = split.stream(kStreamChunkBytes, /*verify=*/true, [&](const std::byte* data, size_t n) {
+    if (checksums) hash.update(data, n);
+    size += n;
+    return out->write(data, n);
+  });
+  if (st.is_ok()) st = out->close();
+  if (!st.is_ok()) {
+    out->abort();
+    return st;
+  }
+  ManifestFile record;
+  record.name = split.name();
+  record.role = "objects";
+  record.size = size;
+  record.checksum = checksums ? hash.digest() : 0;
+  record.checksum_bytes = size;
+  record.rank = rank;
+  return record;
 }
 
 }  // namespace fastpersist

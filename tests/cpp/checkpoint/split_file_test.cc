@@ -14,6 +14,7 @@
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/checksum.h"
 #include "fastpersist/split_file.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -148,6 +149,23 @@ TEST(SplitFile, AnyRangeReadsAsTheFileHasIt) {
   }
   std::vector<std::byte> one(2);
   EXPECT_EQ(split.read_range(want.size() - 1, one.data(), 2, true).code(), StatusCode::kInvalidArgument);
+
+  // Streamed back into a plain file (what convert writes): byte for byte, with its record.
+  TempDir out;
+  FP_ASSERT_OK_AND_ASSIGN(ManifestFile record, write_plain_file(split, out.path(), false, true, 2));
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> plain, read_whole_file(out.file(a.name)));
+  EXPECT_TRUE(plain == want);
+  EXPECT_EQ(record.name, a.name);
+  EXPECT_EQ(record.role, "objects");
+  EXPECT_EQ(record.size, want.size());
+  EXPECT_EQ(record.checksum, xxh3_64(want.data(), want.size()));
+  EXPECT_EQ(record.rank, 2u);
+  std::vector<size_t> chunks;
+  FP_ASSERT_OK(split.stream(4096, true, [&](const std::byte*, size_t n) {
+    chunks.push_back(n);
+    return Status::ok();
+  }));
+  EXPECT_LE(*std::max_element(chunks.begin(), chunks.end()), 4096u) << "bounded pieces";
 }
 
 TEST(SplitFile, IncrementalCommitsReferenceUnchangedPiecesOfTheBase) {
