@@ -28,6 +28,8 @@ import io
 import re
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
+from ._seekable import SeekableReader
+
 # Bytes to send: anything with the buffer protocol of one dimension, usually a memoryview over
 # a pinned buffer that C++ owns.
 BytesLike = Union[bytes, bytearray, memoryview]
@@ -109,7 +111,7 @@ def _bytes_view(data: BytesLike, *, writable: bool) -> memoryview:
     return view
 
 
-class _MemoryViewReader(io.RawIOBase):
+class _MemoryViewReader(SeekableReader):
     """A read-only, seekable file over a memoryview: what boto3 accepts as a ``Body``.
 
     botocore sizes the request from seek/tell (Content-Length), reads it in small pieces while
@@ -120,23 +122,9 @@ class _MemoryViewReader(io.RawIOBase):
     def __init__(self, view: memoryview) -> None:
         super().__init__()
         self._view = view
-        self._pos = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
+    def _size(self) -> int:
+        return len(self._view)
 
     def read(self, size: Optional[int] = -1) -> bytes:
         end = len(self._view) if size is None or size < 0 else min(len(self._view),

@@ -220,39 +220,7 @@ Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify
     return Status(StatusCode::kInvalidArgument, "read_into: " + std::to_string(capacity) + " bytes of room for a " +
                                                     std::to_string(size_) + "-byte file");
   }
-  LoadRequest req;
-  req.names.emplace();
-  req.into = true;
-  req.strict = true;
-  req.verify = verify;
-  req.max_memory = kReadMemoryBytes;
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    const SplitPiece& p = pieces_[k];
-    std::string piece = split_piece_name(name_, k);
-    req.names->push_back(piece);
-    LoadDestination d;
-    d.name = std::move(piece);
-    d.data = out + p.offset;
-    d.capacity_bytes = p.length;
-    d.dtype = "U8";
-    d.shape = {p.length};
-    req.destinations.push_back(std::move(d));
-  }
-  if (!pieces_.empty()) FP_RETURN_IF_ERROR(reader_->load(req).status());
-  // The other bytes fill the gaps between the pieces, in order.
-  uint64_t at = 0;
-  size_t rest = rest_offset_;
-  auto fill = [&](uint64_t until) {
-    const size_t n = static_cast<size_t>(until - at);
-    std::memcpy(out + at, bytes_.data() + rest, n);
-    rest += n;
-  };
-  for (const SplitPiece& p : pieces_) {
-    fill(p.offset);
-    at = p.offset + p.length;
-  }
-  fill(size_);
-  return Status::ok();
+  return read_range(0, out, static_cast<size_t>(size_), verify);  // every piece whole: one load
 }
 
 Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bool verify) const {

@@ -21,6 +21,7 @@ import torch
 
 from .. import _core
 from ..errors import CheckpointCorruptError
+from .._seekable import SeekableReader
 from ..import_deepspeed import STAND_INS
 from ..serialization import _fast_save_settings
 from ..writer import WriteOnlyFile
@@ -174,7 +175,7 @@ def load_split_file(reader: Any, path: str, checksums: bool, map_location: Any,
             raise
 
 
-class _SplitFileObject(io.RawIOBase):
+class _SplitFileObject(SeekableReader):
     """A split file (``_core.SplitFile``) as a read-only, seekable file object.
 
     torch's reader calls ``readinto`` from C++ and, when it fails, goes on to ``read`` with the
@@ -185,27 +186,10 @@ class _SplitFileObject(io.RawIOBase):
         super().__init__()
         self._split = split
         self._verify = verify
-        self._pos = 0
         self.failure: Optional[BaseException] = None
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: int(self._split.size)}
-        if whence not in base:
-            raise ValueError(f"seek: whence {whence!r}")
-        pos = base[whence] + offset
-        if pos < 0:
-            raise ValueError(f"seek: position {pos} before the start of the file")
-        self._pos = pos
-        return pos
+    def _size(self) -> int:
+        return int(self._split.size)
 
     def readinto(self, buffer: Any) -> int:
         if self.failure is not None:
