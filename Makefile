@@ -132,8 +132,11 @@ FUZZ_SECONDS ?= 60
 
 # clang and its runtime libraries (libFuzzer, ASan): checked on every `make fuzz` (dpkg answers
 # in milliseconds), so a build directory configured before they were complete still links.
+# atheris (libFuzzer for Python) fuzzes the Python readers of untrusted pickles (py_targets.py).
 fuzz-deps: | deps
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="clang libclang-rt-dev"
+	@$(MAKE) --no-print-directory python
+	@$(VENV_PY) -c "import atheris" 2>/dev/null || $(VENV_PY) -m pip install -q atheris
 
 build-fuzz/build.ninja: | fuzz-deps
 	CC=clang CXX=clang++ $(CMAKE) -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -143,7 +146,7 @@ build-fuzz/build.ninja: | fuzz-deps
 
 fuzz: fuzz-deps build-fuzz/build.ninja
 	$(CMAKE) --build build-fuzz -j $(JOBS)
-	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+	PYTHON=$(VENV_PY) tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 # ---------------------------------------------------------------------------- soak
 # On demand (root: it loop-mounts an ext4 image); prints its totals and writes soak-report.json.

@@ -68,6 +68,16 @@ inline constexpr uint32_t kCodecMaxChunkBytes = uint32_t{64} << 20;  // what a r
 inline constexpr uint8_t kCodecTableVersion = 1;
 inline constexpr size_t kChunkTableTrailerBytes = 16;
 
+// The most raw bytes one stored byte of either codec can decode to. zstd's densest block is an
+// RLE block: 4 bytes for at most 128 KiB (the format's largest block), a ratio of 32768; lz4
+// stays near 255. A manifest that claims more raw bytes than this allows for its stored bytes is
+// damage, refused before anything of the claimed size is allocated (docs/reliability.md).
+inline constexpr uint64_t kCodecMaxExpansion = 32768;
+// Whether `stored_length` encoded bytes can decode to `raw_length` bytes (without overflow).
+constexpr bool codec_expansion_possible(uint64_t raw_length, uint64_t stored_length) {
+  return raw_length / kCodecMaxExpansion + (raw_length % kCodecMaxExpansion != 0) <= stored_length;
+}
+
 // dst[i] ^= src[i] for `bytes` bytes.
 void xor_into(std::byte* dst, const std::byte* src, size_t bytes);
 

@@ -57,7 +57,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 
-from .pickle_bounds import SIZED, bounded_constructor
+from .pickle_bounds import SIZED, bounded_constructor, check_pickle
 
 from . import _core
 from .errors import CheckpointUnsupportedError
@@ -482,11 +482,24 @@ def unflatten_state(
     Raises:
         UnsafeCheckpointObjectError: (a ``pickle.UnpicklingError``) a global outside the
             allowlist with ``weights_only=True``.
-        pickle.UnpicklingError: a corrupt sidecar or an unknown persistent id.
+        pickle.UnpicklingError: a corrupt sidecar or an unknown persistent id (with
+            ``weights_only``, every failure of the pickle is this class).
     """
+    if weights_only:
+        check_pickle(objects, len(objects), "the checkpoint's object sidecar",  # pickle_bounds.py
+                     bounded_constructors=True)
     cls = _RestrictedUnpickler if weights_only else _TrustedUnpickler
     unpickler = cls(objects, lookup)
-    state = unpickler.load()
+    try:
+        state = unpickler.load()
+    except pickle.UnpicklingError:
+        raise
+    except Exception as e:
+        if not weights_only:
+            raise  # a trusted pickle's own errors (its classes') pass unchanged
+        # A hostile or damaged pickle fails in many ways: one class for all of them.
+        raise pickle.UnpicklingError(f"the checkpoint's object sidecar is damaged: "
+                                     f"{type(e).__name__}: {e}") from None
     if unpickler.dropped:
         state = _remove_dropped(state)
     return state

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import errno
 import os
 import pickle
 import sys
@@ -81,6 +82,7 @@ from . import _core, import_dcp, import_deepspeed, split_tags
 from .checkpoint_state import flatten_state
 from .errors import CheckpointLockedError
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
+from .pickle_bounds import PickleRefusedError, check_torch_file
 
 __all__ = ["ConvertError", "convert", "main"]
 
@@ -173,6 +175,9 @@ def _detect_source(src: str) -> _Source:
                        [f"{src} is a checkpoint root: converting its latest checkpoint, {latest}"])
     if info.kind == _Kind.SAFETENSORS:
         return _Source("safetensors", src)
+    if not os.path.isfile(src):  # a FIFO or device: reading it could block forever
+        raise ConvertUsageError(f"SRC {src} is not a regular file (a FIFO, socket or device), "
+                                "so not a torch or safetensors file")
     return _Source("torch", src)  # a torch file, or a file of unknown type tried as one
 
 
@@ -252,10 +257,14 @@ def _load_torch(path: str, unsafe: bool, report: _Report) -> Any:
         size = os.path.getsize(path)
         if report is not None:
             report(0, size)
+        if not unsafe:
+            check_torch_file(path, path)  # no bytearray(N) beyond the file (pickle_bounds.py)
         state = torch.load(path, map_location="cpu", weights_only=not unsafe)
         if report is not None:
             report(size, size)
         return state
+    except PickleRefusedError as e:
+        raise ConvertError(f"{path} is not a loadable torch file: {e}") from None
     except pickle.UnpicklingError as e:
         if unsafe:
             raise ConvertError(f"{path} is not a loadable torch file: {e}") from None
@@ -263,8 +272,11 @@ def _load_torch(path: str, unsafe: bool, report: _Report) -> Any:
         raise ConvertError(
             f"torch.load(weights_only=True) refused {path}: {first}. If you trust this file, "
             "pass --unsafe-pickle (it may run arbitrary code while loading)") from None
-    except OSError:
-        raise
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise  # the file could not be read
+        # torch's zip reader says EINVAL about an archive it cannot parse
+        raise ConvertError(f"{path} is not a loadable torch file ({e})") from None
     except Exception as e:  # noqa: BLE001 - torch.load fails on garbage in many ways
         raise ConvertError(f"{path} is not a loadable torch file "
                            f"({type(e).__name__}: {e})") from None

@@ -69,7 +69,7 @@ from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError,
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .import_dcp_metadata import check_planner_data, unpickle_metadata
 from .import_errors import ForeignCheckpointError
-from .pickle_bounds import PickleTooLargeError, check_torch_file
+from .pickle_bounds import PickleRefusedError, check_torch_file
 
 __all__ = ["FastPersistReader", "FastPersistWriter", "load_dcp_checkpoint"]
 
@@ -518,16 +518,7 @@ class FastPersistReader(StorageReader):
                 raise CheckpointCorruptError(f"fastpersist: {item.storage_index.fqn!r} lies outside {file}")
             value = data[offset:offset + length]
             if not self._unsafe_objects:
-                try:
-                    check_torch_file(value, f"the value of {item.dest_index.fqn!r}")
-                    torch.load(io.BytesIO(value), weights_only=True)
-                except PickleTooLargeError as e:
-                    raise CheckpointCorruptError(f"fastpersist: {e}") from None
-                except Exception as e:  # noqa: BLE001
-                    raise UnsafeCheckpointObjectError(
-                        f"fastpersist: the value of {item.dest_index.fqn!r} needs more than torch's "
-                        f"weights_only unpickler ({_why(e)}); pass FastPersistReader(..., "
-                        "unsafe_objects=True) only if you trust this checkpoint") from None
+                check_value(value, item.dest_index.fqn)
             planner.load_bytes(item, io.BytesIO(value))
 
     def _check_block(self, item: ReadItem, stored: Any) -> None:
@@ -656,6 +647,22 @@ def _single_process_error(path: str, e: CheckpointException) -> Exception:
     if isinstance(first, Exception):
         return first
     return CheckpointCorruptError(f"fastpersist: cannot load {path}: {e}")
+
+
+def check_value(value: bytes, fqn: str) -> None:
+    """Raises unless torch's weights-only unpickler loads the value (a small ``torch.save``
+    archive) of `fqn` within what its bytes justify: CheckpointCorruptError for a size bomb
+    (pickle_bounds.py), UnsafeCheckpointObjectError for anything it refuses."""
+    try:
+        check_torch_file(value, f"the value of {fqn!r}")
+        torch.load(io.BytesIO(value), weights_only=True)
+    except PickleRefusedError as e:
+        raise CheckpointCorruptError(f"fastpersist: {e}") from None
+    except Exception as e:  # noqa: BLE001
+        raise UnsafeCheckpointObjectError(
+            f"fastpersist: the value of {fqn!r} needs more than torch's weights_only unpickler "
+            f"({_why(e)}); pass FastPersistReader(..., unsafe_objects=True) only if you trust "
+            "this checkpoint") from None
 
 
 def _why(e: Exception) -> str:

@@ -35,7 +35,7 @@ import torch
 from .import_dcp_metadata import (METADATA_FILE, is_dcp_dir, rank_local_metadata,
                                   read_metadata)
 from .import_errors import ForeignCheckpointError, weights_only_refusal
-from .pickle_bounds import PickleTooLargeError, check_torch_file
+from .pickle_bounds import PickleRefusedError, check_torch_file
 
 __all__ = ["is_dcp_dir", "load_dcp_dir", "rank_local_metadata"]
 
@@ -49,12 +49,15 @@ def _load_value(data: io.BytesIO, fqn: str, weights_only: bool) -> Any:
         if weights_only:
             check_torch_file(data.getvalue(), f"the value {fqn}")
         return torch.load(data, map_location="cpu", weights_only=weights_only)
-    except PickleTooLargeError as e:
+    except PickleRefusedError as e:
         raise ForeignCheckpointError(str(e)) from None
     except pickle.UnpicklingError as e:
         if weights_only:
             raise weights_only_refusal(e, f"the value {fqn}") from None
         raise ForeignCheckpointError(f"the value {fqn} is not loadable: {e}") from None
+    except Exception as e:  # noqa: BLE001 - torch.load fails on garbage in many ways
+        raise ForeignCheckpointError(f"the value {fqn} is not a loadable torch archive "
+                                     f"({type(e).__name__}: {e})") from None
 
 
 def _planner(weights_only: bool, metadata: Any, report: _Report) -> Any:

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Dict, List, Set, Tuple
 
 import torch
 
-from .pickle_bounds import SIZED, bounded_constructor
+from .pickle_bounds import SIZED, PickleRefusedError, bounded_constructor, check_pickle
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError, refuse_link
 
 __all__ = ["METADATA_FILE", "METADATA_GLOBALS", "is_dcp_dir", "rank_local_metadata",
@@ -112,9 +112,12 @@ def unpickle_metadata(data: bytes, what: str) -> Any:
     from torch.distributed.checkpoint.metadata import Metadata
 
     try:
+        check_pickle(data, len(data), what, bounded_constructors=True)  # pickle_bounds.py
         metadata = _MetadataUnpickler(io.BytesIO(data), what, len(data)).load()
     except (ForeignCheckpointError, UnsafeForeignObjectError):
         raise
+    except PickleRefusedError as e:
+        raise ForeignCheckpointError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways
         raise ForeignCheckpointError(f"{what} is not readable: {type(e).__name__}: {e}") from None
     if not isinstance(metadata, Metadata):
@@ -134,19 +137,20 @@ def read_metadata(path: str, *, weights_only: bool = True) -> Any:
 
     file = refuse_link(os.path.join(path, METADATA_FILE))
     what = f"DCP metadata {file}"
-    with open(file, "rb") as f:
-        try:
-            limit = os.fstat(f.fileno()).st_size
-            metadata = (_MetadataUnpickler(f, what, limit).load() if weights_only
-                        else pickle.load(f))
-        except ForeignCheckpointError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways
+    if weights_only:
+        # Read whole (a file-backed unpickler allocates what a frame claims before reading it).
+        with open(file, "rb") as f:
+            metadata = unpickle_metadata(f.read(), what)
+    else:
+        with open(file, "rb") as f:
+            try:
+                metadata = pickle.load(f)
+            except Exception as e:  # noqa: BLE001 - a damaged pickle fails in many ways
+                raise ForeignCheckpointError(
+                    f"{what} is not readable: {type(e).__name__}: {e}") from None
+        if not isinstance(metadata, Metadata):
             raise ForeignCheckpointError(
-                f"{what} is not readable: {type(e).__name__}: {e}") from None
-    if not isinstance(metadata, Metadata):
-        raise ForeignCheckpointError(
-            f"{what} holds a {type(metadata).__name__}, not a DCP Metadata")
+                f"{what} holds a {type(metadata).__name__}, not a DCP Metadata")
     try:
         _check_metadata(metadata, path, what)
     except (AttributeError, TypeError) as e:  # fields missing or of the wrong type

@@ -39,6 +39,7 @@ DeepSpeed installed).
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import pickle
@@ -50,7 +51,7 @@ import torch
 
 from .import_deepspeed_layout import LATEST_FILE, find_deepspeed_checkpoint, zero_files
 from .import_errors import ForeignCheckpointError, weights_only_refusal
-from .pickle_bounds import PickleTooLargeError, check_torch_file
+from .pickle_bounds import PickleRefusedError, check_torch_file
 
 __all__ = ["STAND_INS", "find_deepspeed_checkpoint", "load_deepspeed_dir"]
 
@@ -94,7 +95,7 @@ def _load(path: str, weights_only: bool) -> Any:
         check_torch_file(path, path)  # no bytearray(N) beyond the file (pickle_bounds.py)
         with torch.serialization.safe_globals(list(STAND_INS)):
             return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except PickleTooLargeError as e:
+    except PickleRefusedError as e:
         raise ForeignCheckpointError(str(e)) from None
     except pickle.UnpicklingError as e:
         if weights_only:
@@ -104,8 +105,11 @@ def _load(path: str, weights_only: bool) -> Any:
         raise ForeignCheckpointError(f"{path} needs the module {e.name}, which is not installed "
                                      "(unpickling with weights_only=False imports its classes)"
                                      ) from None
-    except OSError:
-        raise
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise  # the file could not be read
+        # torch's zip reader says EINVAL about an archive it cannot parse
+        raise ForeignCheckpointError(f"{path} is not a loadable torch file ({e})") from None
     except Exception as e:  # noqa: BLE001 - torch.load fails on garbage in many ways
         raise ForeignCheckpointError(f"{path} is not a loadable torch file "
                                      f"({type(e).__name__}: {e})") from None

@@ -2,15 +2,21 @@
 """No allocation larger than the input justifies, in the pickles fastpersist reads from a
 checkpoint (untrusted input).
 
-``bytearray(N)`` and ``bytes(N)`` are globals that ``torch.load(weights_only=True)`` allows: a
-46-byte pickle that calls ``bytearray(3 * 10**9)`` costs 3 GB before anything can refuse it.
+A few bytes of pickle can ask for gigabytes before anything refuses them:
 
-- fastpersist's own restricted unpicklers (the object sidecar, DCP metadata) resolve those two
-  names to :func:`bounded_constructor`, which refuses a size argument larger than the input;
-- before a pickle goes to torch's weights-only unpickler (a DCP value's small archive, a
-  DeepSpeed file in ``convert``), :func:`check_pickle` scans its opcodes (linear, allocating
-  nothing of the sizes it reads) and refuses one that references ``bytearray`` or ``bytes`` and
-  holds an integer larger than the input: the only way to pass such a size.
+- ``bytearray(N)`` and ``bytes(N)`` are globals that ``torch.load(weights_only=True)`` allows:
+  a 41-byte pickle that calls ``bytearray(3 * 10**9)`` costs 3 GB;
+- CPython's C unpickler keeps its memo in an array indexed by the PUT opcodes' argument: a
+  ``LONG_BINPUT 1346324372`` resizes it to 21 GB;
+- a FRAME (or a counted ``BINBYTES8``) that claims more bytes than follow makes a file-backed
+  unpickler allocate the claim before reading.
+
+So, before any unpickler sees untrusted bytes, :func:`check_pickle` scans their opcodes
+(linear, allocating nothing of the sizes it reads) and refuses a pickle that does not parse, a
+memo index or frame larger than the input, or one that references ``bytearray`` or ``bytes``
+and holds an integer larger than the input (the only way to pass such a size). fastpersist's
+own restricted unpicklers (the object sidecar, DCP metadata) also resolve those two names to
+:func:`bounded_constructor`, which refuses a size argument larger than the input.
 """
 
 from __future__ import annotations
@@ -26,7 +32,12 @@ SIZED = {"bytearray": bytearray, "bytes": bytes}
 _INT_OPCODES = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
 
 
-class PickleTooLargeError(pickle.UnpicklingError):
+class PickleRefusedError(pickle.UnpicklingError):
+    """A pickle refused before unpickling: it does not parse, or asks for more memory than its
+    input justifies."""
+
+
+class PickleTooLargeError(PickleRefusedError):
     """A pickle asks for more memory than its input justifies."""
 
 
@@ -43,21 +54,44 @@ def bounded_constructor(name: str, limit: int, what: str) -> Callable[..., Any]:
     return make
 
 
-def check_pickle(data: bytes, limit: int, what: str) -> None:
-    """Raises PickleTooLargeError when the pickle `data` references ``bytearray`` or ``bytes``
-    and holds an integer above `limit` (the size of the input it came from). A pickle that does
-    not parse is left to its unpickler, which reports it."""
+_MEMO_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
+
+
+def check_pickle(data: bytes, limit: int, what: str, *, bounded_constructors: bool = False) -> None:
+    """Scans the pickle `data` (from an input of `limit` bytes) before it is unpickled.
+
+    `bounded_constructors`: the unpickler resolves ``bytearray`` / ``bytes`` to
+    :func:`bounded_constructor` itself, which refuses exactly the sizes that are too large, so
+    the scan leaves them alone (a state may hold a bytearray and, elsewhere, a large integer).
+
+    Raises:
+        PickleTooLargeError: a memo index or frame larger than `limit`, or (unless
+            `bounded_constructors`) a reference to ``bytearray`` / ``bytes`` with an integer
+            above `limit`.
+        PickleRefusedError: `data` is not a well-formed pickle.
+    """
     sized = False
     largest = 0
     try:
-        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
-            if op.name in _INT_OPCODES and isinstance(arg, int):
+        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+            name = op.name
+            if name in _INT_OPCODES and isinstance(arg, int):
                 largest = max(largest, arg)
+            elif name in _MEMO_PUTS and isinstance(arg, int) and arg > limit:
+                raise PickleTooLargeError(f"{what} stores a memo entry at index {arg}, more than "
+                                          f"its {limit} bytes could number: refused as hostile "
+                                          "or damaged")
+            elif name == "FRAME" and isinstance(arg, int) and arg > len(data) - (pos or 0):
+                raise PickleTooLargeError(f"{what} has a frame of {arg} bytes, more than the "
+                                          f"{len(data) - (pos or 0)} that follow: refused as "
+                                          "hostile or damaged")
             elif isinstance(arg, str) and (arg in SIZED or arg.endswith((" bytearray", " bytes"))):
                 sized = True  # STACK_GLOBAL's name, or GLOBAL's "module name"
-    except Exception:  # noqa: BLE001 (malformed: its unpickler says what is wrong)
-        return
-    if sized and largest > limit:
+    except PickleRefusedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pickletools says what is malformed in many ways
+        raise PickleRefusedError(f"{what} is not readable: not a well-formed pickle ({e})") from None
+    if sized and largest > limit and not bounded_constructors:
         raise PickleTooLargeError(f"{what} builds bytes or a bytearray and holds the size "
                                   f"{largest}, more than its {limit} bytes could hold: refused "
                                   "as hostile or damaged")
@@ -82,9 +116,14 @@ def check_torch_file(source: Union[str, bytes], what: str) -> None:
                 if not pickles:
                     return
                 info = archive.getinfo(pickles[0])
-                if info.file_size > size:
-                    raise PickleTooLargeError(f"{what}: its pickle claims {info.file_size} "
-                                              f"bytes, more than the file's {size}")
+                # The directory's sizes are claims: a read sized by them allocates first.
+                claimed = max(info.file_size, info.compress_size)
+                if claimed > size:
+                    raise PickleTooLargeError(f"{what}: its pickle claims {claimed} bytes, more "
+                                              f"than the file's {size}")
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise PickleRefusedError(f"{what}: its pickle is compressed, which a torch "
+                                             "file never is")
                 data = archive.read(info)
         else:
             opened.seek(0)

@@ -261,7 +261,9 @@ def load_zip_buffer(buf: Any, map_location: MapLocation = None, *, weights_only:
                     **pickle_load_args: Any) -> Any:
     """Unpickles a zip-format ``torch.save`` file held in `buf` (a writable buffer) with every
     tensor's storage a slice of `buf`: no copy. Needs :func:`can_load_zip_buffer`. Errors are
-    torch's own (``pickle.UnpicklingError`` when weights_only refuses a global)."""
+    torch's own (``pickle.UnpicklingError`` when weights_only refuses a global), and
+    pickle_bounds.PickleRefusedError (an UnpicklingError) for a pickle that asks for more memory
+    than the file holds."""
     torch = _torch()
     from torch.serialization import _load
 
@@ -271,6 +273,12 @@ def load_zip_buffer(buf: Any, map_location: MapLocation = None, *, weights_only:
     zip_file = torch._C.PyTorchFileReader(_MemoryFile(memoryview(buf)))
     if weights_only:
         from torch import _weights_only_unpickler
+
+        from .pickle_bounds import check_pickle
+
+        # No bytearray(N) beyond the file, nothing that does not parse (pickle_bounds.py).
+        check_pickle(zip_file.get_record("data.pkl"), len(memoryview(buf).cast("B")),
+                     "the torch file's pickle")
 
         return _load(zip_file, map_location, _weights_only_unpickler, overall_storage=overall,
                      **pickle_load_args)

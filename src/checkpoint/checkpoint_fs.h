@@ -42,6 +42,13 @@ Status check_manifest_files(const std::string& dir, const Manifest& manifest);
 // leads out of the root. kDataLoss says what is wrong; whether the file exists and has its
 // size is the caller's check. (manifest_files.cc)
 Result<std::string> resolve_manifest_file(const std::string& dir, const ManifestFile& file);
+// Every tensor record of `manifest` (the checkpoint that will be `dir`) that points into another
+// checkpoint of the root (a file reference, or an XOR delta's base) is a record that checkpoint's
+// own manifest holds: the same file and offset, stored length, encoding and checksum. A save
+// copies those records from its base, so a disagreement is a forged or damaged manifest, refused
+// (kDataLoss) before a pull or a tier copy commits it: the bytes referenced are not read again.
+// (manifest_files.cc)
+Status check_references_against_bases(const std::string& dir, const Manifest& manifest);
 // A short string unique within this machine for temporary names: "<pid>-<counter>-<random>".
 std::string unique_suffix();
 

@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "checkpoint/checkpoint_fs.h"
+#include "common/guarded.h"
 #include "checkpoint/incremental.h"
 #include "checkpoint/commit_state.h"
 #include "checkpoint/materialize.h"
@@ -113,7 +114,7 @@ struct CheckpointManager::Impl : CommitHost {
       job.state->mark_started();
       uint64_t bytes = 0;
       std::shared_ptr<const Manifest> committed;
-      Status st = checkpoint::run_save_job(job, options, *writer, &bytes, &committed);
+      Status st = run_guarded("a save", [&] { return checkpoint::run_save_job(job, options, *writer, &bytes, &committed); });
       {
         std::lock_guard l(mu);
         if (st.is_ok()) note_committed_locked(job.tag, committed);
@@ -300,6 +301,14 @@ struct CheckpointManager::Impl : CommitHost {
         if (in_flight(c)) referenced_by_staying.insert(c.references.begin(), c.references.end());
       }
       std::erase_if(scan.committed, in_flight);
+      // A save that ended during the scan is final now (saves end under `mu`): one whose commit
+      // was undone after the scan saw its directory is gone, and must not count either.
+      auto undone = [&](const CheckpointInfo& c) {
+        struct stat st {};
+        return c.tag != keep_tag &&
+               ::lstat(join_path(join_path(root, c.tag), kManifestFileName).c_str(), &st) != 0;
+      };
+      std::erase_if(scan.committed, undone);
     }
     std::unordered_map<std::string, const std::vector<std::string>*> references;
     for (const CheckpointInfo& c : scan.committed) references.emplace(c.tag, &c.references);

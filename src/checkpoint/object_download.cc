@@ -180,7 +180,8 @@ Result<CopyResult> ObjectTier::download(const std::string& tag, CheckpointManage
     std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
     return Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' in " + url_ + " is damaged: " + problems.front() + more);
   };
-  Status st = fetch_objects(*store_, fetches, transfer_, destination.options().durable, check);
+  Status st = check_references_against_bases(dir, m);
+  if (st.is_ok()) st = fetch_objects(*store_, fetches, transfer_, destination.options().durable, check);
   if (!st.is_ok()) {
     (void)commit->abort();
     return st;
@@ -219,6 +220,15 @@ Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::strin
     for (ObjectEntry& e : there) sizes.emplace(std::move(e.key), e.size);
   }
   FP_RETURN_IF_ERROR(write_new_file(join_path(join_path(root, tag), kManifestFileName), *json, false));
+  // Each base's manifest too: a reference is sound only into a checkpoint the tier committed.
+  for (size_t i = 1; i < owners.size(); ++i) {
+    auto base_json = tier.read_manifest_bytes(owners[i]);
+    if (base_json.is_ok()) {
+      FP_RETURN_IF_ERROR(write_new_file(join_path(join_path(root, owners[i]), kManifestFileName), *base_json, false));
+    } else if (base_json.status().code() != StatusCode::kNotFound && base_json.status().code() != StatusCode::kDataLoss) {
+      return base_json.status();  // the store failed; a missing or damaged base is the report's
+    }
+  }
   std::vector<Fetch> fetches;
   for (const ManifestFile& f : m->files) {
     const std::string key = key_of(tag, f);

@@ -126,6 +126,10 @@ Result<CopyResult> copy_checkpoint(const std::string& source_root, const std::st
   std::unique_ptr<CheckpointCommit> commit = std::move(begun).value();
   const ManifestIndex index(m);
   CopyResult result{true, 0};
+  if (Status st = check_references_against_bases(commit->directory(), m); !st.is_ok()) {
+    (void)commit->abort();
+    return st;
+  }
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     if (!referenced_checkpoint(f).empty()) continue;  // in the base, which the destination holds

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "checkpoint/retention.h"
+#include "common/guarded.h"
 #include "fastpersist/checkpoint_reader.h"
 
 namespace fastpersist::checkpoint {
@@ -253,8 +254,15 @@ void TierDrainer::run() {
     started_ = requested_;
     retry_at_.reset();
     lock.unlock();
-    pass();
+    Status failed = run_guarded("a drain pass", [this] {
+      pass();
+      return Status::ok();
+    });
     lock.lock();
+    if (!failed.is_ok()) {  // thrown out of the pass (memory ran out): its failure, reported
+      if (new_errors_.size() < kMaxNewErrors) new_errors_.push_back(failed);
+      pass_failures_ = {failed};
+    }
     completed_ = started_;
     if (!pass_failures_.empty()) {
       retry_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(

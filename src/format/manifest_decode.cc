@@ -179,6 +179,13 @@ Status decode_tensor_v2(const Fields& f, const Json& entry, ManifestTensor* t) {
                                         " but a raw tensor stores its length, " +
                                         std::to_string(t->length));
   }
+  // The codecs this build decodes (a newer one is refused for reading, not here: it may expand more).
+  const bool known_codec = compression_of_encoding(t->encoding) || t->encoding == kEncodingXorZstd;
+  if (known_codec && !codec_expansion_possible(t->length, t->stored_length)) {
+    return f.error("stored_length", std::to_string(t->stored_length) + " encoded bytes cannot hold the " +
+                                        std::to_string(t->length) + " bytes of the tensor (no codec expands more than " +
+                                        std::to_string(kCodecMaxExpansion) + " times)");
+  }
   if (entry.contains("xxh3_128")) {
     FP_ASSIGN_OR_RETURN(std::string hex, f.string("xxh3_128"));
     t->digest = digest_from_hex(hex);
@@ -244,6 +251,11 @@ Status decode_delta_base(const Fields& f, const Json& entry, const FileIndex& fi
     return b.error("stored_length", "is " + std::to_string(base.stored_length) +
                                         " but the raw base of a tensor of " + std::to_string(t->length) +
                                         " bytes stores that many");
+  }
+  if (!codec_expansion_possible(t->length, base.stored_length)) {
+    return b.error("stored_length", std::to_string(base.stored_length) + " encoded bytes cannot hold the " +
+                                        std::to_string(t->length) + " bytes of the base (no codec expands more than " +
+                                        std::to_string(kCodecMaxExpansion) + " times)");
   }
   const uint64_t size = m.files[listed->second].size;
   if (base.offset > size || base.stored_length > size - base.offset) {

@@ -145,6 +145,13 @@ TEST_F(ObjectTierTest, KeepsItsOwnRetentionAndSendsIncrementalBasesFirst) {
       EXPECT_NE(std::find(there.begin(), there.end(), base), there.end()) << c.tag << " lost its base " << base;
     }
   }
+  // Verified in the store, an incremental checkpoint is whole: its base is committed there
+  // (the scratch copy holds the base's manifest, not only the files referenced).
+  auto engine = make_engine();
+  const std::string scratch = dir_.file("scratch");
+  ASSERT_EQ(::mkdir(scratch.c_str(), 0700), 0);
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport verified, checkpoint::verify_object_checkpoint(objects, "s4", scratch, *engine));
+  EXPECT_TRUE(verified.ok()) << verified.problems.front();
   // Pulled back into a new root (bases first), the newest loads as saved.
   const std::string fresh = dir_.file("fresh");
   auto back = open(options({tier()}), fresh);
@@ -152,6 +159,45 @@ TEST_F(ObjectTierTest, KeepsItsOwnRetentionAndSendsIncrementalBasesFirst) {
   FP_ASSERT_OK(back->pull(store_->url(), "s4").status());
   expect_checkpoint_matches(fresh + "/s4", s);
   FP_ASSERT_OK(back->close());
+}
+
+// A stored incremental checkpoint whose manifest claims, for bytes it references in its base,
+// another checksum than the base records (forged, the fingerprint made to match) is refused by
+// a pull before it commits: it would otherwise be committed locally and fail every load.
+TEST_F(ObjectTierTest, APullRefusesReferencesTheBaseDoesNotRecord) {
+  TierOptions t = tier();
+  CheckpointOptions o = options({t});
+  o.incremental = true;
+  TestState s = big_state(1);
+  {
+    auto m = open(o, local());
+    ASSERT_NE(m, nullptr);
+    EXPECT_TRUE(save(*m, "s1", s).empty());
+    s.tensors[0].bytes[0] = std::byte{0x5a};  // one small tensor changes: the rest is referenced
+    EXPECT_TRUE(save(*m, "s2", s).empty());
+    FP_ASSERT_OK(m->wait_drains());
+    FP_ASSERT_OK(m->close());
+  }
+  checkpoint::ObjectTier objects(store_, {kPart, 4});
+  FP_ASSERT_OK_AND_ASSIGN(Manifest forged, objects.read_manifest("s2"));
+  auto referenced = std::find_if(forged.tensors.begin(), forged.tensors.end(),
+                                 [](const ManifestTensor& x) { return x.file.find('/') != std::string::npos; });
+  ASSERT_NE(referenced, forged.tensors.end()) << "s2 references s1";
+  referenced->checksum ^= 1;
+  forged.fingerprint = manifest_fingerprint(forged.tensors);
+  store_->write("s2/manifest.json", encode_manifest(forged));
+
+  const std::string fresh = dir_.file("fresh");
+  auto m = open(options({tier()}), fresh);
+  ASSERT_NE(m, nullptr);
+  FP_ASSERT_OK(m->pull(store_->url(), "s1").status());
+  auto pulled = m->pull(store_->url(), "s2");
+  ASSERT_FALSE(pulled.is_ok());
+  EXPECT_EQ(pulled.status().code(), StatusCode::kDataLoss) << pulled.status().to_string();
+  EXPECT_NE(pulled.status().message().find("is not what checkpoint 's1' records there"), std::string::npos)
+      << pulled.status().to_string();
+  EXPECT_EQ(joined(listed_tags(fresh)), joined({"s1"})) << "nothing forged is committed";
+  FP_ASSERT_OK(m->close());
 }
 
 TEST_F(ObjectTierTest, ADamagedLocalCopyIsNeverUploaded) {
@@ -198,6 +244,25 @@ TEST_F(ObjectTierTest, AnUnreachableStoreNeverFailsALocalSaveAndIsRetried) {
   store_->unreachable = false;  // it comes back: the retry drains both
   FP_ASSERT_OK(m->wait_drains(30.0));
   EXPECT_EQ(joined(tier_tags()), joined({"s1", "s2"}));
+  FP_ASSERT_OK(m->close());
+}
+
+// std::bad_alloc thrown inside a drain pass (memory ran out in the store's client) is that
+// pass's failure, reported like any other; the process goes on (no std::terminate) and the
+// next pass drains.
+TEST_F(ObjectTierTest, MemoryRunningOutInADrainIsAFailureNotAnAbort) {
+  store_->out_of_memory = true;
+  auto m = open(options({tier()}), local());
+  ASSERT_NE(m, nullptr);
+  TestState s = mixed_state(1);
+  save(*m, "s1", s);  // commits locally
+  Status waited = m->wait_drains();
+  ASSERT_FALSE(waited.is_ok());
+  EXPECT_EQ(waited.sys_errno(), ENOMEM) << waited.to_string();
+  EXPECT_NE(waited.to_string().find("a drain pass ran out of memory"), std::string::npos) << waited.to_string();
+  store_->out_of_memory = false;
+  FP_ASSERT_OK(m->wait_drains());
+  EXPECT_EQ(joined(tier_tags()), joined({"s1"}));
   FP_ASSERT_OK(m->close());
 }
 

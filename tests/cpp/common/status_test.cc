@@ -6,7 +6,11 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
+
+#include "common/guarded.h"
+#include "testing/status_matchers.h"
 
 namespace fastpersist {
 namespace {
@@ -146,6 +150,26 @@ TEST(StatusMacrosTest, AssignOrReturnBindsOrPropagates) {
   Result<int> bad = doubled(true);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().message(), "bad number");
+}
+
+}  // namespace
+}  // namespace fastpersist
+
+namespace fastpersist {
+namespace {
+
+// A thread's body that throws never reaches std::terminate: memory running out is ENOMEM,
+// anything else kInternal, both naming the work; a body that returns passes its Status on.
+TEST(RunGuardedTest, TurnsExceptionsIntoStatuses) {
+  Status oom = run_guarded("a drain pass", []() -> Status { throw std::bad_alloc(); });
+  EXPECT_EQ(oom.sys_errno(), ENOMEM);
+  EXPECT_NE(oom.message().find("a drain pass ran out of memory"), std::string::npos) << oom.to_string();
+  Status other = run_guarded("a save", []() -> Status { throw std::length_error("vector too long"); });
+  EXPECT_EQ(other.code(), StatusCode::kInternal);
+  EXPECT_NE(other.message().find("a save failed: vector too long"), std::string::npos) << other.to_string();
+  Status passed = run_guarded("a save", [] { return Status(StatusCode::kBusy, "held"); });
+  EXPECT_EQ(passed.code(), StatusCode::kBusy);
+  FP_EXPECT_OK(run_guarded("a save", [] { return Status::ok(); }));
 }
 
 }  // namespace

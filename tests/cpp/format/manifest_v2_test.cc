@@ -156,6 +156,11 @@ TEST(ManifestV2Test, RejectsEachBadV2Field) {
                   "tensors[1].stored_length", "runs past the end");
   expect_rejected([](Manifest& m) { m.tensors[1].stored_length = UINT64_MAX; },
                   "tensors[1].stored_length", "runs past the end");
+  // No codec turns 20 stored bytes into 2^40: refused before a load allocates the claimed size.
+  expect_rejected([](Manifest& m) { m.tensors[1].encoding = "zstd"; m.tensors[1].shape = {uint64_t{1} << 39}; m.tensors[1].length = uint64_t{1} << 40; },
+                  "tensors[1].stored_length", "cannot hold");
+  expect_rejected([](Manifest& m) { m.tensors[1].encoding = "lz4"; m.tensors[1].shape = {20 * kCodecMaxExpansion / 2 + 1}; m.tensors[1].length = 20 * kCodecMaxExpansion + 2; },
+                  "tensors[1].stored_length", "cannot hold");
   expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets = {6}; }, "tensors[0].shard_offsets");
   expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets.clear(); },
                   "tensors[0].shard_offsets");
@@ -390,6 +395,12 @@ TEST(ManifestDeltaTest, RejectsEveryBadDeltaBase) {
         m.tensors[1].delta_base->stored_length = UINT64_MAX;
       },
       "tensors[1].delta_base.stored_length", "runs past the end");
+  expect_delta_rejected(
+      [](Manifest& m) {
+        m.tensors[1].delta_base->encoding = "zstd";
+        m.tensors[1].delta_base->stored_length = 0;
+      },
+      "tensors[1].delta_base.stored_length", "cannot hold");
   expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->offset = 4097; },
                         "tensors[1].delta_base.stored_length", "runs past the end");
   // A hand-made manifest whose base is not an object, or lacks a field.

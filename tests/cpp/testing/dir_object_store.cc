@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -31,6 +32,7 @@ Status DirObjectStore::check(const std::string& key) const {
 }
 
 Result<std::vector<ObjectEntry>> DirObjectStore::list(const std::string& prefix) {
+  if (out_of_memory) throw std::bad_alloc();
   if (unreachable) return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
   std::vector<ObjectEntry> out;
   const fs::path root = fs::path(dir_) / kObjects;

@@ -37,6 +37,8 @@ class DirObjectStore final : public ObjectStore {
   // Faults: every call fails (kIoError, "connection refused") while `unreachable` is set; a put,
   // part or get of a key containing `fail_key` fails.
   std::atomic<bool> unreachable{false};
+  // Memory runs out inside the store's client: list() throws std::bad_alloc while set.
+  std::atomic<bool> out_of_memory{false};
   std::string fail_key;  // set before use
   std::chrono::milliseconds part_delay{0};  // each upload_part sleeps this long
   // A lying listing: list() reports each manifest.json this many bytes larger than it is.
