@@ -70,10 +70,16 @@ def check_pickle(data: bytes, limit: int, what: str, *, bounded_constructors: bo
             above `limit`.
         PickleRefusedError: `data` is not a well-formed pickle.
     """
+    _scan(io.BytesIO(data), len(data), limit, what, bounded_constructors)
+
+
+def _scan(stream: io.BytesIO, total: int, limit: int, what: str, bounded_constructors: bool) -> None:
+    """check_pickle for the one pickle that starts at `stream`'s position (of `total` bytes);
+    leaves the stream after its STOP."""
     sized = False
     largest = 0
     try:
-        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+        for op, arg, pos in pickletools.genops(stream):
             name = op.name
             if name in _INT_OPCODES and isinstance(arg, int):
                 largest = max(largest, arg)
@@ -81,9 +87,9 @@ def check_pickle(data: bytes, limit: int, what: str, *, bounded_constructors: bo
                 raise PickleTooLargeError(f"{what} stores a memo entry at index {arg}, more than "
                                           f"its {limit} bytes could number: refused as hostile "
                                           "or damaged")
-            elif name == "FRAME" and isinstance(arg, int) and arg > len(data) - (pos or 0):
+            elif name == "FRAME" and isinstance(arg, int) and arg > total - (pos or 0):
                 raise PickleTooLargeError(f"{what} has a frame of {arg} bytes, more than the "
-                                          f"{len(data) - (pos or 0)} that follow: refused as "
+                                          f"{total - (pos or 0)} that follow: refused as "
                                           "hostile or damaged")
             elif isinstance(arg, str) and (arg in SIZED or arg.endswith((" bytearray", " bytes"))):
                 sized = True  # STACK_GLOBAL's name, or GLOBAL's "module name"
@@ -97,9 +103,14 @@ def check_pickle(data: bytes, limit: int, what: str, *, bounded_constructors: bo
                                   "as hostile or damaged")
 
 
+# A legacy torch.save file begins with five pickles (magic number, protocol, system info, the
+# object, the storage keys), then the storages' raw bytes.
+_LEGACY_PICKLES = 5
+
+
 def check_torch_file(source: Union[str, bytes], what: str) -> None:
-    """:func:`check_pickle` for what ``torch.load`` would unpickle: the ``data.pkl`` of a zip
-    archive (a path or bytes), or a legacy file's leading pickle; the limit is the whole
+    """:func:`check_pickle` for what ``torch.load`` would unpickle: every pickle of a zip
+    archive (a path or bytes), or a legacy file's leading pickles; the limit is the whole
     input's size."""
     if isinstance(source, (bytes, bytearray)):
         size = len(source)
@@ -109,23 +120,30 @@ def check_torch_file(source: Union[str, bytes], what: str) -> None:
         size = opened.seek(0, io.SEEK_END)
         opened.seek(0)
     with opened:
-        if zipfile.is_zipfile(opened):
+        if not zipfile.is_zipfile(opened):
             opened.seek(0)
-            with zipfile.ZipFile(opened) as archive:
-                pickles = [n for n in archive.namelist() if n.endswith("data.pkl")]
-                if not pickles:
-                    return
-                info = archive.getinfo(pickles[0])
-                # The directory's sizes are claims: a read sized by them allocates first.
-                claimed = max(info.file_size, info.compress_size)
-                if claimed > size:
-                    raise PickleTooLargeError(f"{what}: its pickle claims {claimed} bytes, more "
-                                              f"than the file's {size}")
-                if info.compress_type != zipfile.ZIP_STORED:
-                    raise PickleRefusedError(f"{what}: its pickle is compressed, which a torch "
-                                             "file never is")
-                data = archive.read(info)
-        else:
-            opened.seek(0)
-            data = opened.read(size)
-    check_pickle(data, size, what)
+            stream = io.BytesIO(opened.read(size))
+            for _ in range(_LEGACY_PICKLES):
+                if stream.tell() >= size:
+                    break
+                _scan(stream, size, size, what, False)
+            return
+        opened.seek(0)
+        with zipfile.ZipFile(opened) as archive:
+            # Every pickle of the archive, whatever the case of its name: torch's zip reader
+            # finds "archive/dAta.pkl" as data.pkl.
+            for info in archive.infolist():
+                if info.filename.lower().endswith(".pkl"):
+                    check_pickle(_stored_entry(archive, info, size, what), size, what)
+
+
+def _stored_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, what: str) -> bytes:
+    """The bytes of one entry of a torch archive, after checking what its directory claims."""
+    # The directory's sizes are claims: a read sized by them allocates first.
+    claimed = max(info.file_size, info.compress_size)
+    if claimed > size:
+        raise PickleTooLargeError(f"{what}: its pickle claims {claimed} bytes, more than the "
+                                  f"file's {size}")
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise PickleRefusedError(f"{what}: its pickle is compressed, which a torch file never is")
+    return archive.read(info)

@@ -66,6 +66,22 @@ def _with_data_pkl(archive: bytes, pickled: bytes) -> bytes:
     return out.getvalue()
 
 
+def _legacy_torch_save(obj: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer, _use_new_zipfile_serialization=False)
+    return buffer.getvalue()
+
+
+def _legacy_with_object(pickled: bytes) -> bytes:
+    """A legacy (pre-zip) torch.save file whose object pickle, the fourth, is `pickled`."""
+    from torch.serialization import MAGIC_NUMBER, PROTOCOL_VERSION
+
+    head = b"".join(pickle.dumps(x, protocol=2) for x in (
+        MAGIC_NUMBER, PROTOCOL_VERSION,
+        {"protocol_version": PROTOCOL_VERSION, "little_endian": True, "type_sizes": {}}))
+    return head + pickled + pickle.dumps([], protocol=2)
+
+
 def sidecar_seeds() -> None:
     state = {
         "model": collections.OrderedDict(w=torch.zeros(3), b=torch.ones(2)),
@@ -96,6 +112,8 @@ def dcp_seeds(work: Path) -> None:
     for value in (42, "run-7", [{"lr": 0.01, "betas": (0.9, 0.999), "params": [0]}], None):
         _write("py_dcp_value", f"seed-{type(value).__name__}", _torch_save(value))
     _write("py_dcp_value", "regression-bytearray-bomb", _with_data_pkl(_torch_save(0), BYTEARRAY_BOMB))
+    _write("py_dcp_value", "seed-legacy", _legacy_torch_save(42))
+    _write("py_dcp_value", "regression-legacy-bytearray-bomb", _legacy_with_object(BYTEARRAY_BOMB))
 
 
 def deepspeed_seeds(work: Path) -> None:
