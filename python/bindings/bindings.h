@@ -18,6 +18,10 @@
 #include "fastpersist/pinned_buffer.h"
 #include "fastpersist/status.h"
 
+namespace fastpersist {
+struct TierState;
+}  // namespace fastpersist
+
 namespace fastpersist::python {
 
 namespace nb = nanobind;
@@ -37,6 +41,10 @@ void bind_paths(nb::module_& m);
 void bind_layout(nb::module_& m);
 void bind_manifest(nb::module_& m);
 void bind_object_stores(nb::module_& m);
+// CheckpointInfo, CheckpointLocation, TierStatus, CheckpointListing and list_checkpoints
+// (records_bindings.cc); before bind_checkpoint, whose methods return them.
+void bind_records(nb::module_& m);
+nb::object tier_status(const TierState& t);
 void bind_cli(nb::module_& m);  // only when the CLI is built (FASTPERSIST_HAVE_CLI)  // after bind_checkpoint (TierOptions)
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).
@@ -84,5 +92,17 @@ struct LockedBuffer {
   std::byte* data() const { return buffer ? buffer->data() : nullptr; }
   uintptr_t address() const { return reinterpret_cast<uintptr_t>(data()); }
 };
+
+// __eq__ over a record's state, and __hash__ over `key` (a part of it), as a frozen dataclass
+// has them.
+template <typename Class, typename StateFn, typename KeyFn>
+void comparable(Class& cls, StateFn state, KeyFn key) {
+  using T = typename Class::Type;
+  cls.def("__eq__",
+          [state](const T& a, nb::handle b) {
+            return nb::isinstance<T>(b) && state(a) == state(nb::cast<const T&>(b));
+          })
+      .def("__hash__", [key](const T& a) { return nb::hash(nb::cast(key(a))); });
+}
 
 }  // namespace fastpersist::python

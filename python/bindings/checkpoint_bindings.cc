@@ -68,39 +68,6 @@ namespace {
 using DestinationTuple = std::tuple<std::string, uintptr_t, uint64_t, std::string, std::vector<uint64_t>,
                                     std::vector<int64_t>>;
 
-nb::dict info_dict(const CheckpointInfo& c) {
-  nb::dict d;
-  d["tag"] = c.tag;
-  d["step"] = c.step;
-  d["sequence"] = c.sequence;
-  d["created_unix"] = c.created_unix;
-  d["tensor_bytes"] = c.tensor_bytes;
-  d["total_bytes"] = c.total_bytes;
-  d["own_bytes"] = c.own_bytes;
-  d["num_tensors"] = c.num_tensors;
-  d["references"] = c.references;
-  return d;
-}
-
-nb::dict tier_state_dict(const TierState& t) {
-  nb::dict d;
-  d["path"] = t.path;
-  d["draining"] = t.draining;
-  d["waiting"] = utf8_list(t.waiting);
-  d["last_drained"] = t.last_drained;
-  d["checkpoints_drained"] = t.checkpoints_drained;
-  d["bytes_drained"] = t.bytes_drained;
-  d["seconds_draining"] = t.seconds_draining;
-  d["last_error"] = t.last_error.is_ok() ? std::string() : t.last_error.to_string();
-  return d;
-}
-
-nb::list info_list(const std::vector<CheckpointInfo>& all) {
-  nb::list out;
-  for (const CheckpointInfo& c : all) out.append(info_dict(c));
-  return out;
-}
-
 class PyCheckpointManager {
  public:
   PyCheckpointManager(const std::string& root, const CheckpointOptions& options) {
@@ -355,21 +322,14 @@ void bind_checkpoint(nb::module_& m) {
       .def("tier_states",
            [](PyCheckpointManager& s) {
              nb::list out;
-             for (const TierState& t : s.get().tier_states()) out.append(tier_state_dict(t));
+             for (const TierState& t : s.get().tier_states()) out.append(tier_status(t));
              return out;
            })
       .def("locations",
            [](PyCheckpointManager& s) {
              std::vector<std::string> unreachable;
              auto places = unwrap(without_gil([&] { return s.get().locations(&unreachable); }));
-             nb::list out;
-             for (const CheckpointPlace& p : places) {
-               nb::dict d = info_dict(p.info);
-               d["roots"] = utf8_list(p.roots);
-               d["local"] = p.local;
-               out.append(d);
-             }
-             return std::make_pair(out, utf8_list(unreachable));
+             return std::make_pair(std::move(places), utf8_list(unreachable));
            })
       .def(
           "should_save",
@@ -389,7 +349,7 @@ void bind_checkpoint(nb::module_& m) {
           "Begins a checkpoint that other writers fill (its temporary directory) and this manager commits.")
       .def_prop_ro("closed", &PyCheckpointManager::closed)
       .def_prop_ro("staging_bytes", [](PyCheckpointManager& s) { return s.get().staging_bytes(); })
-      .def("list", [](PyCheckpointManager& s) { return info_list(unwrap(s.get().list())); })
+      .def("list", [](PyCheckpointManager& s) { return unwrap(s.get().list()); })
       .def("remove", [](PyCheckpointManager& s, const std::string& tag) {
         check(without_gil([&] { return s.get().remove(tag); }));
       })
@@ -438,11 +398,6 @@ void bind_checkpoint(nb::module_& m) {
       .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)
       .def_prop_ro("dir", &PyCheckpointReader::dir);
 
-  m.def("list_checkpoints", [](const std::string& root) {
-    std::vector<std::string> skipped;
-    auto all = unwrap(without_gil([&] { return list_checkpoints(root, &skipped); }));
-    return std::make_pair(info_list(all), utf8_list(skipped));
-  }, "root"_a);
   m.def("latest_checkpoint", [](const std::string& root) {
     return unwrap(without_gil([&] { return latest_checkpoint(root); }));
   }, "root"_a);

@@ -20,6 +20,7 @@ NB_MODULE(_core, m) {
   fp::bind_load_outcome(m);
   fp::bind_commit(m);
   fp::bind_deferred(m);
+  fp::bind_records(m);
   fp::bind_checkpoint(m);
   fp::bind_object_stores(m);
 #ifdef FASTPERSIST_HAVE_CLI

@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <string>
@@ -58,13 +59,21 @@ void bind_options(nb::module_& m) {
       "parse_size", [](const std::string& text) { return unwrap(parse_size(text)); }, "text"_a,
       "Parses '4096', '64KiB', '8M', '1GiB' into bytes (K/M/G/T are powers of 1024).");
 
-  nb::class_<BackendProbe>(m, "BackendProbe")
-      .def_prop_ro("name",
-                   [](const BackendProbe& p) { return std::string(backend_name(p.backend)); })
+  auto probe = nb::class_<BackendProbe>(
+      m, "BackendInfo", "One I/O backend: whether it was compiled in, whether it runs here, and if not why.");
+  probe.def_prop_ro("name", [](const BackendProbe& p) { return std::string(backend_name(p.backend)); })
       .def_ro("built_in", &BackendProbe::built_in)
       .def_ro("available", &BackendProbe::available)
       .def_ro("reason", &BackendProbe::reason)
-      .def_ro("fix", &BackendProbe::fix);
+      .def_ro("fix", &BackendProbe::fix, "What to do to make it available (\"\" when it is).")
+      .def("__repr__", [](const BackendProbe& p) {
+        return nb::str("BackendInfo(name={!r}, built_in={}, available={}, reason={!r})")
+            .format(std::string(backend_name(p.backend)), p.built_in, p.available, p.reason);
+      });
+  auto probe_state = [](const BackendProbe& p) {
+    return std::make_tuple(std::string(backend_name(p.backend)), p.built_in, p.available, p.reason, p.fix);
+  };
+  comparable(probe, probe_state, probe_state);
   m.def("probe_all_backends", [] {
     auto probes = without_gil([] { return probe_all_backends(); });
     return std::vector<BackendProbe>(probes.begin(), probes.end());
@@ -80,8 +89,8 @@ void bind_options(nb::module_& m) {
       },
       "name"_a, "The backend `name` resolves to on this machine, and why.");
 
-  nb::class_<IoStats>(m, "IoStats")
-      .def_ro("requests", &IoStats::requests)
+  auto stats = nb::class_<IoStats>(m, "IoStats", "Counters of one handle's engine since it was created.");
+  stats.def_ro("requests", &IoStats::requests)
       .def_ro("bytes_written", &IoStats::bytes_written)
       .def_ro("bytes_read", &IoStats::bytes_read)
       .def_ro("direct_bytes", &IoStats::direct_bytes)
@@ -89,13 +98,33 @@ void bind_options(nb::module_& m) {
       .def_ro("bounce_bytes", &IoStats::bounce_bytes)
       .def_ro("short_transfers", &IoStats::short_transfers)
       .def_ro("direct_fallbacks", &IoStats::direct_fallbacks)
-      .def_ro("last_fallback_reason", &IoStats::last_fallback_reason);
+      .def_ro("last_fallback_reason", &IoStats::last_fallback_reason)
+      .def("__repr__", [](const IoStats& st) {
+        return nb::str("IoStats(requests={}, bytes_written={}, bytes_read={}, direct_bytes={}, buffered_bytes={}, "
+                       "bounce_bytes={}, short_transfers={}, direct_fallbacks={}, last_fallback_reason={!r})")
+            .format(st.requests, st.bytes_written, st.bytes_read, st.direct_bytes, st.buffered_bytes,
+                    st.bounce_bytes, st.short_transfers, st.direct_fallbacks, st.last_fallback_reason);
+      });
+  auto stats_state = [](const IoStats& st) {
+    return std::make_tuple(st.requests, st.bytes_written, st.bytes_read, st.direct_bytes, st.buffered_bytes,
+                           st.bounce_bytes, st.short_transfers, st.direct_fallbacks, st.last_fallback_reason);
+  };
+  comparable(stats, stats_state, stats_state);
 
-  nb::class_<FileIoMode>(m, "FileIoMode")
-      .def_ro("direct", &FileIoMode::direct)
+  auto mode = nb::class_<FileIoMode>(
+      m, "FileIoMode", "How the engine opens files in a folder: O_DIRECT or not (and why), alignment.");
+  mode.def_ro("direct", &FileIoMode::direct)
       .def_ro("fallback_reason", &FileIoMode::fallback_reason)
       .def_ro("offset_alignment", &FileIoMode::offset_alignment)
-      .def_ro("memory_alignment", &FileIoMode::memory_alignment);
+      .def_ro("memory_alignment", &FileIoMode::memory_alignment)
+      .def("__repr__", [](const FileIoMode& f) {
+        return nb::str("FileIoMode(direct={}, fallback_reason={!r}, offset_alignment={}, memory_alignment={})")
+            .format(f.direct, f.fallback_reason, f.offset_alignment, f.memory_alignment);
+      });
+  auto mode_state = [](const FileIoMode& f) {
+    return std::make_tuple(f.direct, f.fallback_reason, f.offset_alignment, f.memory_alignment);
+  };
+  comparable(mode, mode_state, mode_state);
   m.def(
       "probe_file_io",
       [](const std::string& path) {

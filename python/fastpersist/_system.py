@@ -4,39 +4,22 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import List, Optional, Union
 
 from . import _core
 
 
-@dataclass(frozen=True)
-class BackendInfo:
-    """One I/O backend: whether it was compiled in, whether it runs here, and if not why."""
+#: One I/O backend (the C++ record, read-only): name, built_in, available, reason, fix.
+BackendInfo = _core.BackendInfo
 
-    name: str
-    built_in: bool
-    available: bool
-    reason: str
-    fix: str
-
-
-@dataclass(frozen=True)
-class FileIoMode:
-    """How the engine opens files in a folder: O_DIRECT or not (and why), alignment."""
-
-    direct: bool
-    fallback_reason: str
-    offset_alignment: int
-    memory_alignment: int
+#: How the engine opens files in a folder (the C++ record, read-only): direct, fallback_reason,
+#: offset_alignment, memory_alignment.
+FileIoMode = _core.FileIoMode
 
 
 def backends() -> List[BackendInfo]:
     """Every backend in order of preference (io_uring, libaio, threads), with probe results."""
-    return [
-        BackendInfo(p.name, p.built_in, p.available, p.reason, p.fix)
-        for p in _core.probe_all_backends()
-    ]
+    return list(_core.probe_all_backends())
 
 
 def resolve_backend(name: Optional[str] = None) -> "tuple[str, str]":
@@ -47,8 +30,7 @@ def resolve_backend(name: Optional[str] = None) -> "tuple[str, str]":
 
 def probe_file_io(path: Union[str, "os.PathLike[str]"]) -> FileIoMode:
     """How the engine would open `path` (a file, or a folder: probed with a temporary file)."""
-    m = _core.probe_file_io(os.fspath(path))
-    return FileIoMode(m.direct, m.fallback_reason, m.offset_alignment, m.memory_alignment)
+    return _core.probe_file_io(os.fspath(path))
 
 
 def parse_size(text: Union[str, int]) -> int:

@@ -28,7 +28,6 @@ The GIL is released while I/O runs, and a handle may be used from several thread
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from . import _core
@@ -40,19 +39,10 @@ FileTarget = Union[str, "os.PathLike[str]", int]
 
 
 
-@dataclass(frozen=True)
-class IoStats:
-    """Counters of one handle's engine since it was created."""
-
-    requests: int
-    bytes_written: int
-    bytes_read: int
-    direct_bytes: int
-    buffered_bytes: int
-    bounce_bytes: int
-    short_transfers: int
-    direct_fallbacks: int
-    last_fallback_reason: str
+#: Counters of one handle's engine since it was created (the C++ record, read-only):
+#: requests, bytes_written, bytes_read, direct_bytes, buffered_bytes, bounce_bytes,
+#: short_transfers, direct_fallbacks, last_fallback_reason.
+IoStats = _core.IoStats
 
 
 def _check_offset(file_offset: Any) -> int:
@@ -173,8 +163,7 @@ class AioHandle:
         return self._h.closed
 
     def stats(self) -> IoStats:
-        s = self._h.stats()
-        return IoStats(**{f: getattr(s, f) for f in IoStats.__dataclass_fields__})
+        return self._h.stats()
 
     # ---------------------------------------------------------------- transfers
     def sync_pwrite(

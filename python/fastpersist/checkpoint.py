@@ -28,7 +28,6 @@ import platform
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -66,29 +65,10 @@ def tag_for(step_or_tag: Union[int, str]) -> str:
     raise TypeError(f"step_or_tag must be an int step or a str tag, not {type(step_or_tag).__name__}")
 
 
-@dataclass(frozen=True)
-class CheckpointInfo:
-    """A committed checkpoint as ``CheckpointManager.checkpoints()`` lists it."""
-
-    tag: str
-    step: Optional[int]
-    sequence: int
-    created_unix: float
-    tensor_bytes: int
-    total_bytes: int
-    num_tensors: int
-    #: Bytes of the files in its own directory (total_bytes less what it references).
-    own_bytes: int = 0
-    #: The checkpoints whose files this one references: an incremental checkpoint's base
-    #: (empty for a full checkpoint). Retention and ``remove`` never delete a referenced base.
-    references: Tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "references", tuple(self.references))
-
-    @property
-    def incremental(self) -> bool:
-        return bool(self.references)
+#: A committed checkpoint as :meth:`CheckpointManager.checkpoints` lists it (the C++ record,
+#: read-only): tag, step, sequence, created_unix, tensor_bytes, total_bytes, own_bytes,
+#: num_tensors, references (an incremental checkpoint's base), incremental.
+CheckpointInfo = _core.CheckpointInfo
 
 
 # Tensors up to this size are copied when save_async is called, not by the background snapshot:
@@ -450,7 +430,7 @@ class CheckpointManager:
 
         With tiers it then waits (at most `timeout` seconds) until every committed checkpoint
         a tier selects is there, and raises the drain's failure if one is not (a timeout
-        raises ``BlockingIOError``-like ``CheckpointBusyError`` naming what is left).
+        raises ``CheckpointLockedError`` naming what is left).
         """
         drain_timeout = None if timeout is None else float(timeout)
         if self._dist is not None:
@@ -466,8 +446,7 @@ class CheckpointManager:
 
     def tier_status(self) -> List[TierStatus]:
         """Where each tier stands: what it is copying, what waits, the last error."""
-        states = self._agreed(lambda: list(self._core_manager().tier_states()))
-        return [TierStatus(**t) for t in states]
+        return list(self._agreed(lambda: list(self._core_manager().tier_states())))
 
     def locations(self) -> List[CheckpointLocation]:
         """Every committed checkpoint of the local root and of the tiers, oldest first, with the
@@ -476,8 +455,7 @@ class CheckpointManager:
         places, unreachable = self._agreed(lambda: self._core_manager().locations())
         for entry in unreachable:
             warnings.warn(f"fastpersist: tier unreachable: {entry}", TierWarning, stacklevel=2)
-        return [CheckpointLocation(p["tag"], p["step"], p["created_unix"], p["roots"], p["local"])
-                for p in places]
+        return list(places)
 
     def pull(self, tag: Union[int, str], tier: Optional[PathLike] = None) -> int:
         """Copies a checkpoint from a tier (the first that holds it, or `tier`) into the local
@@ -567,8 +545,7 @@ class CheckpointManager:
 
     def checkpoints(self) -> List[CheckpointInfo]:
         """Committed checkpoints, oldest to newest (multi-rank: rank 0's answer, on every rank)."""
-        infos = self._agreed(lambda: _core.list_checkpoints(self._root)[0])
-        return [CheckpointInfo(**i) for i in infos]
+        return list(self._agreed(lambda: _core.list_checkpoints(self._root)).committed)
 
     def list(self) -> List[str]:
         """Committed tags, oldest to newest."""
@@ -653,7 +630,8 @@ class CheckpointManager:
         background raises at ``step()``; only the model's bytes are checked before returning.
         """
         background = self._check_resume_mode(optimizer)
-        infos, damaged = self._agreed(lambda: _core.list_checkpoints(self._root))
+        listing = self._agreed(lambda: _core.list_checkpoints(self._root))
+        infos, damaged = listing.committed, listing.damaged
         for entry in damaged:
             warnings.warn(f"fastpersist: skipping damaged checkpoint {entry}", stacklevel=2)
         # (tag, tier to pull it from first, or None when it is local), newest first. With tiers:
@@ -662,7 +640,7 @@ class CheckpointManager:
         if self._options.tiers:
             candidates = [(p.tag, None if p.local else p.roots[0]) for p in reversed(self.locations())]
         else:
-            candidates = [(i["tag"], None) for i in reversed(infos)]
+            candidates = [(i.tag, None) for i in reversed(infos)]
         for tag, tier in candidates:
             try:
                 if tier is not None:
@@ -773,7 +751,7 @@ class CheckpointManager:
             return latest
         name = tag_for(tag)
         if not os.path.isdir(self.path(name)):
-            committed = [i["tag"] for i in _core.list_checkpoints(self._root)[0]]
+            committed = [i.tag for i in _core.list_checkpoints(self._root).committed]
             raise FileNotFoundError(f"no checkpoint {name!r} under {self._root} "
                                     f"(committed: {', '.join(committed) or 'none'})")
         return name

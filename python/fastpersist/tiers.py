@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Union
 
 from . import _core
 from ._engine_options import check_uint
@@ -109,32 +109,13 @@ def tier_options(tiers: Optional[Sequence[Tier]]) -> List[Any]:
     return out
 
 
-@dataclass(frozen=True)
-class TierStatus:
-    """Where one tier stands (``CheckpointManager.tier_status()``)."""
+#: Where one tier stands (:meth:`CheckpointManager.tier_status`; the C++ record, read-only):
+#: path, draining (the tag being copied now, "" when idle), waiting (selected, not yet there,
+#: oldest first), last_drained, checkpoints_drained, bytes_drained, seconds_draining,
+#: last_error ("" when the latest attempt succeeded).
+TierStatus = _core.TierStatus
 
-    path: str
-    draining: str                 # the tag being copied now ("" when idle)
-    waiting: Tuple[str, ...]      # selected, not yet there, oldest first
-    last_drained: str
-    checkpoints_drained: int      # since the manager opened
-    bytes_drained: int
-    seconds_draining: float
-    last_error: str               # of the latest attempt ("" when it succeeded)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "waiting", tuple(self.waiting))
-
-
-@dataclass(frozen=True)
-class CheckpointLocation:
-    """A committed checkpoint and every root that holds it, the local root first."""
-
-    tag: str
-    step: Optional[int]
-    created_unix: float
-    roots: Tuple[str, ...]
-    local: bool
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "roots", tuple(self.roots))
+#: A committed checkpoint and every root that holds it, the local root first
+#: (:meth:`CheckpointManager.locations`; the C++ record, read-only): tag, step, created_unix,
+#: roots, local, info.
+CheckpointLocation = _core.CheckpointLocation

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The save mechanisms a benchmark compares, each timed end to end (file closed, and for the
-durable ones synced). Tags follow DeepSpeedExamples' ``torch_save_utils.py``."""
+durable ones synced). The tags they report follow DeepSpeedExamples' ``torch_save_utils.py``
+(``test_save``, ``test_ds_aio_fast_save``, ...), so that its readers recognize each row; the
+functions are named after their mechanism (``save_torch``, ``save_ds_aio_fast``, ...)."""
 
 from __future__ import annotations
 
@@ -58,11 +60,11 @@ def _timed(tag: str, path: str, fn: Callable[[], Optional[Dict[str, Any]]]) -> S
     return SaveResult(tag, nbytes, seconds, stats)
 
 
-def test_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+def save_torch(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     return _timed("test_save", path, lambda: torch.save(obj, path, **_torch_save_kwargs(s)))
 
 
-def test_save_fsync(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+def save_torch_fsync(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     def run() -> None:
         torch.save(obj, path, **_torch_save_kwargs(s))
         fd = os.open(path, os.O_RDONLY)
@@ -74,7 +76,7 @@ def test_save_fsync(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     return _timed("test_save_fsync", path, run)
 
 
-def test_ds_mock_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+def save_ds_mock(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     def run() -> Dict[str, Any]:
         with MockFileWriter(path) as f:
             torch.save(obj, f, **_torch_save_kwargs(s))
@@ -83,7 +85,7 @@ def test_ds_mock_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     return _timed("test_ds_mock_save", path, run)
 
 
-def test_ds_py_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+def save_ds_py(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     def run() -> Dict[str, Any]:
         with PyFileWriter(path) as f:
             torch.save(obj, f, **_torch_save_kwargs(s))
@@ -92,7 +94,7 @@ def test_ds_py_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     return _timed("test_ds_py_save", path, run)
 
 
-def test_ds_aio_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+def save_ds_aio_fast(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     def run() -> Dict[str, Any]:
         return serialization.save(obj, path, use_legacy_format=not s.zipfile,
                                   io_buffer_mb=s.io_buffer_mb, single_io_buffer=s.single_io_buffer)
@@ -128,7 +130,7 @@ def reset_peak_rss() -> Optional[int]:
         return None
 
 
-def test_ds_gds_fast_save(obj: Any, path: str, s: SaveSettings) -> SaveResult:
+def save_ds_gds_fast(obj: Any, path: str, s: SaveSettings) -> SaveResult:
     """DeepSpeedExamples' GDS tag: torch.save into a double buffer in GPU memory, written by
     cuFile (bench/gds_writer.py). Skipped, saying why, without --gpu or without cuFile."""
     if not s.gpu:
@@ -236,12 +238,12 @@ def _format_stats(stats: Dict[str, Any]) -> str:
 
 
 ALL: List[Callable[[Any, str, SaveSettings], SaveResult]] = [
-    test_save,
-    test_save_fsync,
-    test_ds_mock_save,
-    test_ds_py_save,
-    test_ds_aio_fast_save,
-    test_ds_gds_fast_save,
+    save_torch,
+    save_torch_fsync,
+    save_ds_mock,
+    save_ds_py,
+    save_ds_aio_fast,
+    save_ds_gds_fast,
     deepspeed_fast_save,
 ]
 
