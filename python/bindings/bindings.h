@@ -45,6 +45,11 @@ void bind_object_stores(nb::module_& m);
 // (records_bindings.cc); before bind_checkpoint, whose methods return them.
 void bind_records(nb::module_& m);
 nb::object tier_status(const TierState& t);
+// CheckpointManager.prune's answer (bound in records_bindings.cc).
+struct PruneOutcome {
+  std::vector<std::string> removed;
+  std::vector<std::string> damaged;  // failed verification: "tag: why"
+};
 void bind_cli(nb::module_& m);  // only when the CLI is built (FASTPERSIST_HAVE_CLI)  // after bind_checkpoint (TierOptions)
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).

@@ -359,10 +359,10 @@ void bind_checkpoint(nb::module_& m) {
       .def("prune",
            [](PyCheckpointManager& s, std::optional<unsigned> keep_last, std::optional<int64_t> keep_every,
               bool verify) {
-             std::vector<std::string> damaged;
-             auto removed =
-                 unwrap(without_gil([&] { return s.get().prune(keep_last, keep_every, verify, &damaged); }));
-             return std::make_pair(removed, damaged);
+             PruneOutcome out;
+             out.removed =
+                 unwrap(without_gil([&] { return s.get().prune(keep_last, keep_every, verify, &out.damaged); }));
+             return out;
            },
            "keep_last"_a.none(), "keep_every"_a.none(), "verify"_a = false);
 
@@ -433,14 +433,20 @@ void bind_checkpoint(nb::module_& m) {
         return std::make_pair(nb::bytes(header.data(), header.size()), offsets);
       },
       "entries"_a, "metadata"_a, "alignment"_a);
+  nb::class_<SafetensorsTensor>(m, "SafetensorsTensor", "One tensor of a safetensors header.")
+      .def_prop_ro("name", [](const SafetensorsTensor& t) { return utf8_str(t.name); })
+      .def_ro("dtype", &SafetensorsTensor::dtype)
+      .def_ro("shape", &SafetensorsTensor::shape)
+      .def_ro("begin", &SafetensorsTensor::begin, "data_offsets[0], relative to the data section.")
+      .def_ro("end", &SafetensorsTensor::end);
+  nb::class_<SafetensorsHeader>(m, "SafetensorsHeader", "A safetensors file's validated header (safetensors.h).")
+      .def_ro("tensors", &SafetensorsHeader::tensors, "In data order.")
+      .def_ro("metadata", &SafetensorsHeader::metadata)
+      .def_ro("data_start", &SafetensorsHeader::data_start, "Absolute file offset of the data section.")
+      .def_ro("data_bytes", &SafetensorsHeader::data_bytes);
   m.def(
       "read_safetensors_header",
-      [](const std::string& path) {
-        auto h = unwrap(without_gil([&] { return read_safetensors_header(path); }));
-        nb::list tensors;
-        for (const auto& t : h.tensors) tensors.append(nb::make_tuple(t.name, t.dtype, t.shape, t.begin, t.end));
-        return nb::make_tuple(tensors, h.metadata, h.data_start, h.data_bytes);
-      },
+      [](const std::string& path) { return unwrap(without_gil([&] { return read_safetensors_header(path); })); },
       "path"_a);
 }
 

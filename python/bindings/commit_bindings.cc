@@ -40,13 +40,12 @@ class PyShardWriter {
     writer_ = unwrap(without_gil([&] { return ShardWriter::create(o); }));
   }
 
-  // Writes the tensors into new files in `directory`; returns (files, tensors, bytes_written).
-  nb::tuple write(const std::string& directory, const std::vector<TensorTuple>& tensors) {
+  // Writes the tensors into new files in `directory`.
+  ShardWriteResult write(const std::string& directory, const std::vector<TensorTuple>& tensors) {
     std::vector<TensorSource> sources;
     sources.reserve(tensors.size());
     for (const TensorTuple& t : tensors) sources.push_back(tensor_source(t));
-    ShardWriteResult r = unwrap(without_gil([&] { return get().write(directory, sources); }));
-    return nb::make_tuple(r.files, r.tensors, r.bytes_written);
+    return unwrap(without_gil([&] { return get().write(directory, sources); }));
   }
 
   // Writes DeferredFileWriters' streams as split files (split_file.h), against the base
@@ -81,6 +80,10 @@ class PyShardWriter {
 void bind_commit(nb::module_& m) {
   using namespace nb::literals;
 
+  nb::class_<ShardWriteResult>(m, "ShardWriteResult", "What ShardWriter.write wrote (shard_writer.h).")
+      .def_ro("files", &ShardWriteResult::files, "One record per data file, in file-name order.")
+      .def_ro("tensors", &ShardWriteResult::tensors, "One record per tensor, in the order given.")
+      .def_ro("bytes_written", &ShardWriteResult::bytes_written);
   nb::class_<SplitWriteResult>(m, "SplitWriteResult", "What one rank's split files became (split_file.h).")
       .def_ro("files", &SplitWriteResult::files)
       .def_ro("tensors", &SplitWriteResult::tensors)

@@ -136,16 +136,18 @@ void bind_manifest(nb::module_& m) {
           },
           "Every tensor name: the stored tensors in manifest order, then the aliases.");
 
+  nb::class_<DtypeInfo>(m, "DtypeInfo", "One row of the dtype table (dtype.h).")
+      .def_prop_ro("name", [](const DtypeInfo& d) { return std::string(d.name); }, "The safetensors name: 'F32'.")
+      .def_prop_ro(
+          "torch_name", [](const DtypeInfo& d) { return std::string(d.torch_name); },
+          "The torch attribute: 'float32' ('' when torch has none).")
+      .def_ro("size", &DtypeInfo::size, "Bytes per element.")
+      .def("__repr__", [](const DtypeInfo& d) {
+        return nb::str("DtypeInfo({!r}, {!r}, {})").format(std::string(d.name), std::string(d.torch_name), d.size);
+      });
   m.def(
-      "dtype_table",
-      [] {
-        nb::list out;
-        for (const DtypeInfo& d : dtype_table()) {
-          out.append(nb::make_tuple(std::string(d.name), std::string(d.torch_name), d.size));
-        }
-        return out;
-      },
-      "(safetensors name, torch name or '', element size) of every dtype, in a fixed order.");
+      "dtype_table", [] { return std::vector<DtypeInfo>(dtype_table().begin(), dtype_table().end()); },
+      "Every dtype, in a fixed order.");
 }
 
 }  // namespace fastpersist::python

@@ -177,6 +177,14 @@ void bind_records(nb::module_& m) {
         l.damaged = st.second;
       });
 
+  nb::class_<PruneOutcome>(m, "PruneOutcome", "What CheckpointManager.prune removed, and what failed verification.")
+      .def_prop_ro("removed", [](const PruneOutcome& o) { return utf8_list(o.removed); })
+      .def_prop_ro("damaged", [](const PruneOutcome& o) { return utf8_list(o.damaged); })
+      .def("__getstate__", [](const PruneOutcome& o) { return std::make_pair(o.removed, o.damaged); })
+      .def("__setstate__", [](PruneOutcome& o, const std::pair<std::vector<std::string>, std::vector<std::string>>& st) {
+        new (&o) PruneOutcome{st.first, st.second};
+      });
+
   m.def(
       "list_checkpoints",
       [](const std::string& root) {

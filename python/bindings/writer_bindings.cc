@@ -122,6 +122,30 @@ void bind_writer(nb::module_& m) {
       "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
       "object, not memory-locked) that supports the buffer protocol.");
 
+  nb::class_<StaleFileReport>(m, "StaleFiles", "What clean_stale_temp_files found in one folder (stale_files.h).")
+      .def_prop_ro(
+          "removed", [](const StaleFileReport& r) { return utf8_list(r.removed); },
+          "Temporaries of dead writers that were removed (would be, with dry_run).")
+      .def_prop_ro(
+          "in_use", [](const StaleFileReport& r) { return utf8_list(r.in_use); },
+          "Temporaries that a living writer holds; kept.")
+      .def_prop_ro(
+          "too_recent", [](const StaleFileReport& r) { return utf8_list(r.too_recent); },
+          "Parallel writers' sets that no writer holds but that were written too recently; kept.")
+      .def_prop_ro(
+          "failed",
+          [](const StaleFileReport& r) {
+            nb::list out;
+            for (const auto& [path, why] : r.failed) out.append(nb::make_tuple(utf8_str(path), utf8_str(why)));
+            return out;
+          },
+          "(path, reason) for each temporary-looking entry that could not be removed.")
+      .def_ro("removed_bytes", &StaleFileReport::removed_bytes, "Disk space the removed temporaries held.")
+      .def("__repr__", [](const StaleFileReport& r) {
+        return nb::str("StaleFiles(removed={}, in_use={}, too_recent={}, failed={}, removed_bytes={})")
+            .format(r.removed.size(), r.in_use.size(), r.too_recent.size(), r.failed.size(), r.removed_bytes);
+      });
+
   // Read-only: the defaults `remove_stale_temp_files` applies to arguments left at None.
   nb::class_<StaleFileOptions>(m, "StaleFileOptions")
       .def(nb::init<>())
@@ -138,16 +162,7 @@ void bind_writer(nb::module_& m) {
         o.parallel_set_min_age_seconds =
             parallel_set_min_age_seconds.value_or(o.parallel_set_min_age_seconds);
         o.recursive = recursive.value_or(o.recursive);
-        StaleFileReport r = unwrap(without_gil([&] { return remove_stale_temp_files(dir, o); }));
-        nb::list failed;
-        for (const auto& [path, why] : r.failed) failed.append(nb::make_tuple(path, why));
-        nb::dict out;
-        out["removed"] = r.removed;
-        out["in_use"] = r.in_use;
-        out["too_recent"] = r.too_recent;
-        out["failed"] = failed;
-        out["removed_bytes"] = r.removed_bytes;
-        return out;
+        return unwrap(without_gil([&] { return remove_stale_temp_files(dir, o); }));
       },
       "dir"_a, "dry_run"_a = nb::none(), "parallel_set_min_age_seconds"_a = nb::none(),
       "recursive"_a = nb::none(),

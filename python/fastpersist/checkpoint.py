@@ -723,11 +723,11 @@ class CheckpointManager:
         and checked against their checksums first: one that fails does not count, so an older
         intact one stays, and it is warned about (kept while it is the newest).
         """
-        removed, damaged = self._agreed(lambda: self._core_manager().prune(keep_last, keep_every, verify))
-        for entry in damaged:
+        outcome = self._agreed(lambda: self._core_manager().prune(keep_last, keep_every, verify))
+        for entry in outcome.damaged:
             warnings.warn(f"fastpersist: damaged checkpoint (fails verification): {entry}",
                           stacklevel=2)
-        return list(removed)
+        return list(outcome.removed)
 
     def export_hf(self, tag: Union[int, str], out_dir: PathLike, *, config: Any = None,
                   prefix: str = "model.", max_shard_size: Size = "5GB") -> List[str]:

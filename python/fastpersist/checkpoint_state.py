@@ -87,9 +87,9 @@ _PICKLE_PROTOCOL = 4
 #: torch dtype -> safetensors dtype string, from the C++ dtype table (``_core.dtype_table()``,
 #: include/fastpersist/dtype.h), for the dtypes the installed torch has.
 DTYPE_TO_SAFETENSORS: dict[torch.dtype, str] = {
-    getattr(torch, torch_name): name
-    for name, torch_name, _ in _core.dtype_table()
-    if torch_name and isinstance(getattr(torch, torch_name, None), torch.dtype)
+    getattr(torch, d.torch_name): d.name
+    for d in _core.dtype_table()
+    if d.torch_name and isinstance(getattr(torch, d.torch_name, None), torch.dtype)
 }
 
 #: safetensors dtype string -> torch dtype (the reverse of :data:`DTYPE_TO_SAFETENSORS`).

@@ -370,9 +370,10 @@ def _write_rank(writer: Any, target: _RankTarget, items: List[WriteItem], planne
         tensor_items.append(item)
         sources.append((_item_name(item), DTYPE_TO_SAFETENSORS[tensor.dtype], list(tensor.shape),
                         to_dlpack(tensor)))
-    files, records, _ = writer.write(target.directory, sources) if sources else ([], [], 0)
+    written = writer.write(target.directory, sources) if sources else None
     del keepalive
-    files = list(files)
+    files = list(written.files) if written is not None else []
+    records = list(written.tensors) if written is not None else []
     blob_name = _core.layout.dcp_objects_file_name(target.rank)
     if blob_items:
         files.append(_core.write_sidecar_file(target.directory, blob_name, blob.getvalue(),

@@ -17,28 +17,16 @@ removed only once it has not been written for ``parallel_min_age`` seconds (defa
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import List, Optional, Tuple, Union
+from typing import Optional, Union
 
 from . import _core
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-@dataclass(frozen=True)
-class StaleFiles:
-    """What ``clean_stale_temp_files`` found in one folder."""
-
-    removed: List[str] = field(default_factory=list)
-    """Temporaries of dead writers that were removed (would be, with ``dry_run``)."""
-    in_use: List[str] = field(default_factory=list)
-    """Temporaries that a living writer holds; kept."""
-    too_recent: List[str] = field(default_factory=list)
-    """Parallel writers' sets that no writer holds but that were written too recently; kept."""
-    failed: List[Tuple[str, str]] = field(default_factory=list)
-    """(path, reason) for each temporary-looking entry that could not be removed."""
-    removed_bytes: int = 0
-    """Disk space the removed temporaries held."""
+#: What ``clean_stale_temp_files`` found in one folder (the C++ record, read-only): removed,
+#: in_use, too_recent, failed ((path, reason) pairs), removed_bytes.
+StaleFiles = _core.StaleFiles
 
 
 def clean_stale_temp_files(folder: PathLike, *, dry_run: Optional[bool] = None,
@@ -55,11 +43,7 @@ def clean_stale_temp_files(folder: PathLike, *, dry_run: Optional[bool] = None,
     """
     if parallel_min_age is not None and parallel_min_age < 0:
         raise ValueError(f"parallel_min_age must be >= 0 seconds, got {parallel_min_age}")
-    r = _core.remove_stale_temp_files(
+    return _core.remove_stale_temp_files(
         os.fspath(folder), dry_run=None if dry_run is None else bool(dry_run),
         parallel_set_min_age_seconds=None if parallel_min_age is None else float(parallel_min_age),
         recursive=None if recursive is None else bool(recursive))
-    return StaleFiles(removed=list(r["removed"]), in_use=list(r["in_use"]),
-                      too_recent=list(r["too_recent"]),
-                      failed=[(p, why) for p, why in r["failed"]],
-                      removed_bytes=int(r["removed_bytes"]))

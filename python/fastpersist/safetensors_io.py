@@ -69,12 +69,12 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
 
 def safetensors_header(path: PathLike) -> Dict[str, Any]:
     """The validated header: {"tensors": {name: (dtype, shape, begin, end)}, "metadata", ...}."""
-    tensors, metadata, data_start, data_bytes = _core.read_safetensors_header(os.fspath(path))
+    h = _core.read_safetensors_header(os.fspath(path))
     return {
-        "tensors": {n: (d, list(s), b, e) for n, d, s, b, e in tensors},
-        "metadata": dict(metadata),
-        "data_start": data_start,
-        "data_bytes": data_bytes,
+        "tensors": {t.name: (t.dtype, list(t.shape), t.begin, t.end) for t in h.tensors},
+        "metadata": dict(h.metadata),
+        "data_start": h.data_start,
+        "data_bytes": h.data_bytes,
     }
 
 

@@ -103,6 +103,6 @@ def test_float_to_integer_is_a_clear_error(saved):
 def test_the_dtype_table_comes_from_cpp():
     assert [(code, str(d)) for d, code in DTYPE_TO_SAFETENSORS.items()][:4] == [
         ("F64", "torch.float64"), ("F32", "torch.float32"), ("F16", "torch.float16"), ("BF16", "torch.bfloat16")]
-    for name, torch_name, size in fastpersist._core.dtype_table():
-        if torch_name and name in SAFETENSORS_TO_DTYPE:
-            assert SAFETENSORS_TO_DTYPE[name].itemsize == size
+    for d in fastpersist._core.dtype_table():
+        if d.torch_name and d.name in SAFETENSORS_TO_DTYPE:
+            assert SAFETENSORS_TO_DTYPE[d.name].itemsize == d.size
