@@ -15,12 +15,10 @@
 #include <vector>
 #include <utility>
 
+#include "fastpersist/checkpoint.h"
 #include "fastpersist/pinned_buffer.h"
+#include "fastpersist/tier.h"
 #include "fastpersist/status.h"
-
-namespace fastpersist {
-struct TierState;
-}  // namespace fastpersist
 
 namespace fastpersist::python {
 
@@ -45,6 +43,11 @@ void bind_object_stores(nb::module_& m);
 // (records_bindings.cc); before bind_checkpoint, whose methods return them.
 void bind_records(nb::module_& m);
 nb::object tier_status(const TierState& t);
+// CheckpointManager.locations' answer (bound in records_bindings.cc).
+struct CheckpointLocations {
+  std::vector<CheckpointPlace> places;
+  std::vector<std::string> unreachable;  // tiers that could not be listed: "path: why"
+};
 // CheckpointManager.prune's answer (bound in records_bindings.cc).
 struct PruneOutcome {
   std::vector<std::string> removed;

@@ -327,9 +327,9 @@ void bind_checkpoint(nb::module_& m) {
            })
       .def("locations",
            [](PyCheckpointManager& s) {
-             std::vector<std::string> unreachable;
-             auto places = unwrap(without_gil([&] { return s.get().locations(&unreachable); }));
-             return std::make_pair(std::move(places), utf8_list(unreachable));
+             CheckpointLocations out;
+             out.places = unwrap(without_gil([&] { return s.get().locations(&out.unreachable); }));
+             return out;
            })
       .def(
           "should_save",

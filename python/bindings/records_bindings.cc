@@ -177,6 +177,27 @@ void bind_records(nb::module_& m) {
         l.damaged = st.second;
       });
 
+  using LocationsState = std::pair<std::vector<PlaceState>, std::vector<std::string>>;
+  nb::class_<CheckpointLocations>(m, "CheckpointLocations", "CheckpointManager.locations' answer.")
+      .def_ro("places", &CheckpointLocations::places, "Oldest first.")
+      .def_prop_ro(
+          "unreachable", [](const CheckpointLocations& l) { return utf8_list(l.unreachable); },
+          "The tiers that could not be listed, each as 'path: why'.")
+      .def("__getstate__",
+           [](const CheckpointLocations& l) {
+             LocationsState st;
+             for (const CheckpointPlace& p : l.places) st.first.emplace_back(info_state(p.info), p.roots, p.local);
+             st.second = l.unreachable;
+             return st;
+           })
+      .def("__setstate__", [](CheckpointLocations& l, const LocationsState& st) {
+        new (&l) CheckpointLocations();
+        for (const PlaceState& p : st.first) {
+          l.places.push_back(CheckpointPlace{info_of(std::get<0>(p)), std::get<1>(p), std::get<2>(p)});
+        }
+        l.unreachable = st.second;
+      });
+
   nb::class_<PruneOutcome>(m, "PruneOutcome", "What CheckpointManager.prune removed, and what failed verification.")
       .def_prop_ro("removed", [](const PruneOutcome& o) { return utf8_list(o.removed); })
       .def_prop_ro("damaged", [](const PruneOutcome& o) { return utf8_list(o.damaged); })

@@ -452,10 +452,10 @@ class CheckpointManager:
         """Every committed checkpoint of the local root and of the tiers, oldest first, with the
         roots that hold it (the local root first). A tier that cannot be listed is warned about
         and left out."""
-        places, unreachable = self._agreed(lambda: self._core_manager().locations())
-        for entry in unreachable:
+        found = self._agreed(lambda: self._core_manager().locations())
+        for entry in found.unreachable:
             warnings.warn(f"fastpersist: tier unreachable: {entry}", TierWarning, stacklevel=2)
-        return list(places)
+        return list(found.places)
 
     def pull(self, tag: Union[int, str], tier: Optional[PathLike] = None) -> int:
         """Copies a checkpoint from a tier (the first that holds it, or `tier`) into the local
