@@ -54,5 +54,10 @@ Result<EngineOptions> engine_options_from_env(EngineOptions base = {});
 
 // Parses "4096", "64KiB", "8M", "1GiB", "2g" into bytes. K/M/G/T are powers of 1024.
 Result<uint64_t> parse_size(std::string_view text);
+// Parses a size as Hugging Face means it (transformers' convert_file_size_to_int, e.g. a
+// `max_shard_size`): "5GB" is 5 * 10^9 bytes, "5GiB" 5 * 2^30, KB/MB/GB decimal and
+// KiB/MiB/GiB binary (any case), a final lowercase "b" ("5Gb") counts bits; a plain number is
+// bytes.
+Result<uint64_t> parse_hf_size(std::string_view text);
 
 }  // namespace fastpersist

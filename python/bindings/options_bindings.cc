@@ -58,6 +58,9 @@ void bind_options(nb::module_& m) {
   m.def(
       "parse_size", [](const std::string& text) { return unwrap(parse_size(text)); }, "text"_a,
       "Parses '4096', '64KiB', '8M', '1GiB' into bytes (K/M/G/T are powers of 1024).");
+  m.def(
+      "parse_hf_size", [](const std::string& text) { return unwrap(parse_hf_size(text)); }, "text"_a,
+      "Parses a size as Hugging Face means it: '5GB' is 5*10^9 bytes, '5GiB' 5*2^30.");
 
   auto probe = nb::class_<BackendProbe>(
       m, "BackendInfo", "One I/O backend: whether it was compiled in, whether it runs here, and if not why.");

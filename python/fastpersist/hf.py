@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Union
 
 import torch
 
-from ._system import parse_size
+from . import _core
 from .safetensors_io import save_safetensors
 
 if TYPE_CHECKING:
@@ -65,7 +65,9 @@ def export_hf(manager: "CheckpointManager", tag: str, out_dir: PathLike, *, conf
             continue
         seen[id(t)] = name
         tensors[name] = t
-    limit = parse_size(max_shard_size)
+    # As Hugging Face means it: "5GB" is 5 * 10**9 bytes (fastpersist's own sizes are binary).
+    limit = (max_shard_size if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool)
+             else _core.parse_hf_size(str(max_shard_size)))
     shards: List[Dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, t in tensors.items():

@@ -67,6 +67,37 @@ Result<uint64_t> parse_size(std::string_view text) {
   return number << shift;
 }
 
+Result<uint64_t> parse_hf_size(std::string_view text) {
+  auto bad = [text] {
+    return Status(StatusCode::kInvalidArgument, "cannot parse size '" + std::string(text) +
+                                                    "' as Hugging Face does (examples: 5GB = 5*10^9 bytes, 500MB, "
+                                                    "2GiB = 2*2^30 bytes)");
+  };
+  std::string upper(text);
+  for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  struct Unit {
+    const char* suffix;
+    uint64_t factor;
+    bool decimal;
+  };
+  static constexpr Unit kUnits[] = {{"GIB", uint64_t{1} << 30, false}, {"MIB", uint64_t{1} << 20, false},
+                                    {"KIB", uint64_t{1} << 10, false}, {"GB", 1000000000, true},
+                                    {"MB", 1000000, true},             {"KB", 1000, true},
+                                    {"", 1, false}};
+  for (const Unit& u : kUnits) {
+    const std::string_view suffix(u.suffix);
+    if (upper.size() < suffix.size() || upper.compare(upper.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string_view digits = text.substr(0, text.size() - suffix.size());
+    uint64_t number = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+    if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) return bad();
+    if (number > UINT64_MAX / u.factor) return bad();
+    const bool bits = u.decimal && text.back() == 'b';
+    return bits ? number * u.factor / 8 : number * u.factor;
+  }
+  return bad();
+}
+
 namespace {
 
 Result<uint64_t> env_number(const char* name, const char* value, bool allow_units) {

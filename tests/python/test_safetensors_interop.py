@@ -283,6 +283,17 @@ def test_export_hf_shards(gpt2_checkpoint, tmp_path):
     assert torch.equal(logits(hf, ids), logits(model, ids))
 
 
+def test_max_shard_size_means_what_hugging_face_means():
+    """"5GB" is 5 * 10**9 bytes for Hugging Face (fastpersist's own sizes are binary): the
+    export's parser agrees with transformers' own on every unit."""
+    from transformers.utils.hub import convert_file_size_to_int
+
+    for text in ["5GB", "5gB", "5gb", "5GiB", "100KB", "10MB", "3MiB", "7KiB", "5Gb", "500Mb"]:
+        assert fastpersist._core.parse_hf_size(text) == convert_file_size_to_int(text), text
+    with pytest.raises(ValueError, match="as Hugging Face does"):
+        fastpersist._core.parse_hf_size("5 parsecs")
+
+
 def test_export_hf_config_forms_and_errors(gpt2_checkpoint, tmp_path):
     root, model = gpt2_checkpoint
     model.config.save_pretrained(tmp_path / "cfg")

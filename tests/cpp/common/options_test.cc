@@ -77,6 +77,27 @@ TEST(ParseSizeTest, RejectsWhatIsNotASize) {
   }
 }
 
+// Hugging Face's units (transformers' convert_file_size_to_int): decimal KB/MB/GB, binary
+// KiB/MiB/GiB, a lowercase final "b" for bits. test_safetensors_interop.py compares with
+// transformers itself.
+TEST(ParseHfSizeTest, DecimalAndBinaryUnitsAsHuggingFaceMeansThem) {
+  EXPECT_EQ(*parse_hf_size("5GB"), uint64_t{5000000000});
+  EXPECT_EQ(*parse_hf_size("5gB"), uint64_t{5000000000});
+  EXPECT_EQ(*parse_hf_size("5gb"), uint64_t{625000000}) << "a final lowercase b: bits, as transformers reads it";
+  EXPECT_EQ(*parse_hf_size("5GiB"), uint64_t{5} << 30);
+  EXPECT_EQ(*parse_hf_size("100KB"), uint64_t{100000});
+  EXPECT_EQ(*parse_hf_size("10MB"), uint64_t{10000000});
+  EXPECT_EQ(*parse_hf_size("3mib"), uint64_t{3} << 20);
+  EXPECT_EQ(*parse_hf_size("7KiB"), uint64_t{7} << 10);
+  EXPECT_EQ(*parse_hf_size("5Gb"), uint64_t{625000000}) << "bits";
+  EXPECT_EQ(*parse_hf_size("4096"), uint64_t{4096});
+  for (const char* text : {"", "GB", "5 GB", "-5GB", "5TB", "5G", "1.5GB", "99999999999999999999GB", "x5MB"}) {
+    Result<uint64_t> r = parse_hf_size(text);
+    ASSERT_FALSE(r.is_ok()) << "'" << text << "' parsed as " << *r;
+    EXPECT_NE(r.status().message().find(std::string("'") + text + "'"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(ParseBackendTest, NamesAndAliasesRoundTrip) {
   for (Backend b : {Backend::kAuto, Backend::kIoUring, Backend::kLibaio, Backend::kThreads}) {
     Result<Backend> r = parse_backend(backend_name(b));
