@@ -8,6 +8,7 @@
 #   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
+#   make lint      ruff over the Python code (its rules: [tool.ruff] in pyproject.toml); run by .ci/run
 #   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
 #   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`,
 #                  run by .ci/run after it
@@ -51,7 +52,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt \
       \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \
          -o -name '*.typed' -o -name '*.pat' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: all deps venv build python test test-cpp test-python example demo bench clean distclean \
+.PHONY: all deps venv build python test test-cpp test-python lint example demo bench clean distclean \
   sanitize $(SANITIZERS:%=sanitize-%) sanitize-python fuzz fuzz-deps soak
 
 all: test
@@ -159,6 +160,9 @@ soak: python build
 
 # ---------------------------------------------------------------------------- test / demo
 test: test-cpp test-python
+
+lint: $(STAMPS)/requirements
+	$(VENV)/bin/ruff check python tests bench
 
 test-cpp: build
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure $(CTEST_ARGS)

@@ -28,7 +28,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
 
 _CHILD = r"""
 import json, os, sys, time

@@ -193,8 +193,7 @@ def overlap(args: argparse.Namespace, root: str) -> Dict[str, List[float]]:
                 step()
             with_ckpt.append(timed(ckpt_step))
             mgr.wait()  # the rest of the write finishes outside the timed steps
-    del model, opt
-    gc.collect()
+    gc.collect()  # the model and optimizer go with this frame
     return {"plain": plain, "ckpt": with_ckpt}
 
 

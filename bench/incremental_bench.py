@@ -5,7 +5,8 @@
 Two real training runs of GPT-2 models (built from their configs, trained here on this
 repository's documentation as bytes; nothing downloaded):
 
-- ``lora``: GPT-2 large (774M parameters; --lora-model), a fine-tune with the whole model frozen (embeddings included) and a LoRA-style
+- ``lora``: GPT-2 large (774M parameters; --lora-model), a fine-tune with the whole model frozen
+  (embeddings included) and a LoRA-style
   adapter (rank --rank, on every block's attention projection) trained with AdamW; the
   checkpoint holds the model, the adapter and the optimizer's state;
 - ``full``: GPT-2 (124M; --full-model), every parameter trained with AdamW; the checkpoint holds the model and the
@@ -41,7 +42,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -222,7 +223,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for m in modes:
             x = med[m]
             changed = x["changed"]
-            rows.append([kind, m, f"{int(x['full_saves'])}/{len(results[m])}", f"{x['state_bytes'] / GB:.3f}", f"{changed / MB:.1f}",
+            rows.append([kind, m, f"{int(x['full_saves'])}/{len(results[m])}", f"{x['state_bytes'] / GB:.3f}",
+                         f"{changed / MB:.1f}",
                          f"{x['written'] / MB:.1f}", f"{x['written'] / max(changed, 1):.3f}",
                          f"{x['save_s']:.3f}", f"{full['save_s'] / x['save_s']:.2f}",
                          f"{x['save_cpu_s'] / (x['state_bytes'] / GB):.2f}",

@@ -35,7 +35,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Callable, Dict, List
 
 import torch
 
@@ -76,7 +76,6 @@ def main() -> int:
     ap.add_argument("--bucket", default="fastpersist-bench")
     ap.add_argument("--json", help="write every measurement here")
     a = ap.parse_args()
-    import boto3
     from boto3.s3.transfer import TransferConfig
 
     folder = Path(a.folder) / f"object-tier-{uuid.uuid4().hex[:8]}"

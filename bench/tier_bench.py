@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import torch
 
@@ -179,12 +179,12 @@ def main() -> int:
     d, f = med(drains), med(fios)
     alone, during = med(blocked["no tier"]), med(blocked["draining"])
     print(f"\nTier drain, {args.model} + Adam ({size / GB:.2f} GB), medians of {args.rounds} rounds")
-    print(f"| case | GB/s | vs fio copy |\n|---|---|---|")
+    print("| case | GB/s | vs fio copy |\n|---|---|---|")
     print(f"| fio O_DIRECT read + write jobs together | {f:.2f} | 1.00 |")
     print(f"| `fastpersist drain` (verified, fdatasync, committed) | {d:.2f} | {d / f:.2f} |")
     print(f"\nsave_async blocking time, {args.blocking_gib:g} GiB state, medians of {args.rounds} rounds "
           f"(drain running during the snapshot in {overlapped} of {args.rounds})")
-    print(f"| case | blocked (s) | vs no tier |\n|---|---|---|")
+    print("| case | blocked (s) | vs no tier |\n|---|---|---|")
     print(f"| no tier | {alone:.3f} | 1.00 |")
     print(f"| while draining the previous save | {during:.3f} | {during / alone:.2f} |")
     print(f"\ntargets: drain >= 0.90 x fio copy: {'PASS' if d >= 0.9 * f else 'FAIL'} ({d / f:.2f}); "

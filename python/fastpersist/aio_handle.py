@@ -28,7 +28,7 @@ The GIL is released while I/O runs, and a handle may be used from several thread
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from . import _core
 from ._engine_options import check_uint, engine_options
@@ -400,8 +400,6 @@ class AioHandle:
         offset = _check_offset(file_offset)
         settle_device_memory(buffer)
         h = self._h
-        fn: Callable[..., object]  # one of the handle's calls, whose signatures differ
-        pin: object  # what keeps the buffer alive until wait()
         if isinstance(target, int):
             _check_fd_request(validate, truncate)
             fn = h.async_pwrite_fd if is_write else h.async_pread_fd
@@ -432,8 +430,6 @@ class AioHandle:
             self._async(is_write, buffer, target, offset, False, False)
             return self.wait()
         # A sync call drains the handle like wait(), so it counts as a drain (_keepalive.py).
-        fn: Callable[..., object]  # one of the handle's calls, whose signatures differ
-        pin: object  # what keeps the buffer alive until wait()
         with self._keepalive.drain(collects_pending=False):
             if validate:
                 if is_write:

@@ -35,7 +35,8 @@
   A DeepSpeed tag that :mod:`fastpersist.deepspeed` saved with ``compression`` or
   ``incremental`` (stored split: :mod:`fastpersist.split_tags`) converts the other way: into
   the plain tag DST (``ROOT/TAG``), its files byte for byte what ``torch.save`` produced, for
-  DeepSpeed's own engine, ``zero_to_fp32`` and ``ds_to_universal``. Any other directory is refused, saying what convert looked for.
+  DeepSpeed's own engine, ``zero_to_fp32`` and ``ds_to_universal``. Any other directory is refused,
+  saying what convert looked for.
 - DST: ``*.safetensors`` is a safetensors file; ``*.pt``, ``*.pth``, ``*.bin``, ``*.ckpt`` a torch
   file (written with :func:`fastpersist.save`, loadable by ``torch.load``); anything else is a new
   checkpoint directory ``ROOT/TAG`` written with :class:`fastpersist.CheckpointManager`, where

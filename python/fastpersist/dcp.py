@@ -6,7 +6,8 @@ commits. A checkpoint written this way is a fastpersist checkpoint like any othe
 (docs/format.md): ``<root>/<tag>/`` with ``manifest.json`` listing every rank's data files,
 every tensor block (with its ``global_shape`` and ``shard_offsets``) and every checksum, plus
 DCP's ``Metadata`` in ``dcp-metadata.pt`` (pickled; read back by a loader that resolves only
-DCP's metadata classes, shared with the importer of DCP's own checkpoints). ``fastpersist list/inspect/verify/prune`` and
+DCP's metadata classes, shared with the importer of DCP's own checkpoints).
+``fastpersist list/inspect/verify/prune`` and
 :class:`fastpersist.CheckpointManager` work on it unchanged.
 
 Saving, with ``dcp.save(state, storage_writer=FastPersistWriter("<root>/<tag>"))``:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import re
 from typing import Any, Iterator, List, Optional, Tuple, Union
 

@@ -195,7 +195,8 @@ class Recording:
         walk(root, ".")
         return out
 
-    def crash_states(self, variants: Sequence[str] = VARIANTS) -> Iterator[Tuple[int, str, Dict[str, Tuple[str, bytes]]]]:
+    def crash_states(self, variants: Sequence[str] = VARIANTS
+                     ) -> Iterator[Tuple[int, str, Dict[str, Tuple[str, bytes]]]]:
         """(event, variant, state) for a cut after every event, each distinct state once."""
         seen = set()
         for e in self.events:

@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 import fastpersist
-from _dcp_workers import check_loaded, empty_like_state, full_state, sharded_state
+from _dcp_workers import check_loaded, empty_like_state, sharded_state
 
 
 def _same_everywhere(value: Any) -> None:

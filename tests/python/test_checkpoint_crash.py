@@ -29,10 +29,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
-import torch
 
 import fastpersist
 import _checkpoint_crash_child as child
@@ -81,7 +80,7 @@ class LineReader:
             pass
         lines = self.buf.split(b"\n")
         self.buf = lines.pop()
-        return [l.decode() for l in lines]
+        return [line.decode() for line in lines]
 
 
 class ForkServer:

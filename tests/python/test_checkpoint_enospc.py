@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -22,7 +21,7 @@ import pytest
 import torch
 
 import fastpersist
-from _test_support import loop_ext4, run_quiet
+from _test_support import loop_ext4
 
 _MiB = 1 << 20
 DEBRIS_PREFIXES = (".tmp-", ".trash-", ".latest.tmp-")

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 _CHILD = textwrap.dedent(r'''
     import json, mmap, sys, warnings

@@ -7,7 +7,6 @@ in this checkout, else `fastpersist` on PATH (what `pip install .` provides).
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 

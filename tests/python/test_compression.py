@@ -156,7 +156,8 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
 def test_cli_inspect_and_convert_compress_and_decompress(tmp_path: Path) -> None:
     cli = find_cli()
     assert cli is not None
-    state = {"w": _weights(1 << 20, torch.bfloat16, 5), "noise": torch.randint(0, 1 << 30, (50_000,), dtype=torch.int32)}
+    state = {"w": _weights(1 << 20, torch.bfloat16, 5),
+             "noise": torch.randint(0, 1 << 30, (50_000,), dtype=torch.int32)}
     with fastpersist.CheckpointManager(tmp_path / "src", durable=False) as mgr:
         mgr.save(1, state)
 

@@ -256,7 +256,8 @@ def test_metadata_that_disagrees_with_the_stored_block_is_damage(tmp_path: Path,
 
     _edit_metadata(path, shrink if edit == "shape" else retype)
     out = {"w": torch.zeros(5) if edit == "shape" else torch.zeros(10, dtype=torch.float64)}
-    with pytest.raises(CheckpointException, match=r"the DCP metadata (gives its block the shape \[5\]|says torch.float64)"):
+    said = r"the DCP metadata (gives its block the shape \[5\]|says torch.float64)"
+    with pytest.raises(CheckpointException, match=said):
         dcp.load(out, storage_reader=FastPersistReader(path))
 
 

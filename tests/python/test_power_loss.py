@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 import pytest
-import torch
 
 import fastpersist
 from fastpersist.checkpoint import tag_for

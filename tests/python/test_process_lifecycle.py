@@ -24,7 +24,6 @@ import textwrap
 from pathlib import Path
 from typing import Any, Dict
 
-import pytest
 
 import fastpersist
 
@@ -115,7 +114,8 @@ def test_a_thousand_save_load_cycles_keep_resources_flat(tmp_path):
         assert s["locked_kb"] == base["locked_kb"], f"locked memory grows: {samples}"
     growth_mb = (max(s["rss_kb"] for s in rest[-3:]) - base["rss_kb"]) / 1024
     # 800 cycles: a leak of 10 KiB per cycle (one small tensor's bytes) would show as 8 MB.
-    assert growth_mb < 8 + _asan_quarantine_mb(), f"RSS grows by {growth_mb:.1f} MB over {CYCLES - 2 * SAMPLE_EVERY} cycles: {samples}"
+    assert growth_mb < 8 + _asan_quarantine_mb(), \
+        f"RSS grows by {growth_mb:.1f} MB over {CYCLES - 2 * SAMPLE_EVERY} cycles: {samples}"
 
 
 FORK_CHILD = """

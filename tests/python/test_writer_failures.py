@@ -15,7 +15,6 @@ import gc
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import pytest
 import torch
 
 import fastpersist
-from _test_support import loop_ext4, run_quiet
+from _test_support import loop_ext4
 from _torch_objects import assert_equal_objects, random_tensor
 
 _MiB = 1 << 20

@@ -20,7 +20,8 @@ checkpoint verifies and loads bit-identical to what its step saved, `latest` fol
 no reported commit is lost; keep_last holds (beyond what waits for a tier); after a job with
 a tier, each checkpoint it reported is still local or in the tier (unless the tier's retention
 would not keep it); the tier's checkpoints verify and load bit-identical, and no
-acknowledged drain is lost (beyond the tier's own retention). Any violation, any DAMAGED from the concurrent verifier, or a job that
+acknowledged drain is lost (beyond the tier's own retention). Any violation, any DAMAGED from the
+concurrent verifier, or a job that
 fails for a reason that was not injected, stops the soak with status 1.
 
 The totals (operations, faults injected, crashes survived, bytes verified) are printed as a

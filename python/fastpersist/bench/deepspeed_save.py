@@ -112,7 +112,9 @@ def _rank(rank: int, args: argparse.Namespace, port: int) -> None:
     if rank == 0:
         shutil.rmtree(root, ignore_errors=True)
     dist.barrier()
-    wanted = (lambda tag: args.only is None or tag in args.only)
+    def wanted(tag: str) -> bool:
+        return args.only is None or tag in args.only
+
     results: List[Dict[str, Any]] = []
 
     def measure(tag: str, durable: str, save: Any, load: Any, after_save: Any = None) -> None:
@@ -153,7 +155,9 @@ def _rank(rank: int, args: argparse.Namespace, port: int) -> None:
         if rank == 0:
             shutil.rmtree(os.path.join(root, "warmup"), ignore_errors=True)
         dist.barrier()
-    stock_load = (lambda tag: engine.load_checkpoint(root, tag))
+    def stock_load(tag: str) -> Any:
+        return engine.load_checkpoint(root, tag)
+
     if wanted("ds_torch_engine"):
         measure("ds_torch_engine", "not durable",
                 lambda tag: engine.save_checkpoint(root, tag=tag), stock_load)
@@ -178,7 +182,9 @@ def _rank(rank: int, args: argparse.Namespace, port: int) -> None:
     import fastpersist.deepspeed as fds
 
     knobs = {"io_buffer_mb": args.io_buffer_mb, "single_io_buffer": args.single_io_buffer}
-    ours_load = (lambda tag: fds.load_checkpoint(engine, root, tag, validate=False))
+    def ours_load(tag: str) -> Any:
+        return fds.load_checkpoint(engine, root, tag, validate=False)
+
     if wanted("fastpersist"):
         fds.install(engine, **knobs)
 
