@@ -8,7 +8,8 @@
 #   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
-#   make lint      ruff over the Python code (its rules: [tool.ruff] in pyproject.toml); run by .ci/run
+#   make lint      clang-format (.clang-format) over the C++ code and ruff ([tool.ruff] in
+#                  pyproject.toml) over the Python code; any finding fails it; run by .ci/run
 #   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
 #   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`,
 #                  run by .ci/run after it
@@ -161,7 +162,13 @@ soak: python build
 # ---------------------------------------------------------------------------- test / demo
 test: test-cpp test-python
 
+# Every C++ source and header of the tree (what clang-format checks).
+CXX_SOURCES = $(shell find include src tools python/bindings tests bench examples -type f \
+  \( -name '*.cc' -o -name '*.h' \) -not -path '*/corpus/*' 2>/dev/null | sort)
+
 lint: $(STAMPS)/requirements
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="clang-format"
+	clang-format --dry-run -Werror $(CXX_SOURCES)
 	$(VENV)/bin/ruff check python tests bench
 
 test-cpp: build

@@ -39,12 +39,18 @@ bool parse(int argc, char** argv, Args* a) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     const char* v = argv[i + 1];
-    if (k == "--folder") a->folder = v;
-    else if (k == "--gib") a->gib = std::atof(v);
-    else if (k == "--tensor-mib") a->tensor_mib = std::strtoull(v, nullptr, 10);
-    else if (k == "--rounds") a->rounds = static_cast<unsigned>(std::strtoul(v, nullptr, 10));
-    else if (k == "--budget-mib") a->budget_mib = std::strtoull(v, nullptr, 10);
-    else return false;
+    if (k == "--folder")
+      a->folder = v;
+    else if (k == "--gib")
+      a->gib = std::atof(v);
+    else if (k == "--tensor-mib")
+      a->tensor_mib = std::strtoull(v, nullptr, 10);
+    else if (k == "--rounds")
+      a->rounds = static_cast<unsigned>(std::strtoul(v, nullptr, 10));
+    else if (k == "--budget-mib")
+      a->budget_mib = std::strtoull(v, nullptr, 10);
+    else
+      return false;
   }
   return argc % 2 == 1 && a->gib > 0 && a->tensor_mib > 0 && a->rounds > 0;
 }

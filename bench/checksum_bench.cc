@@ -11,8 +11,8 @@
 //   build/checksum_bench [--mib 1024] [--rounds 5]
 #define XXH_DISPATCH_DISABLE_REPLACE  // keep the default entry points under their own names
 #define XXH_STATIC_LINKING_ONLY       // XXH3_state_t on the stack
-#include <xxhash.h>
 #include <xxh_x86dispatch.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,8 +40,10 @@ int main(int argc, char** argv) {
   int rounds = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--mib") mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
+    if (k == "--mib")
+      mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--rounds")
+      rounds = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: %s [--mib N] [--rounds R]\n", argv[0]);
       return 2;
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
   auto stream64 = [&](XXH_errorcode (*update)(XXH3_state_t*, const void*, size_t)) {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
-    for (size_t at = 0; at < bytes; at += kPiece) update(&st, data.data() + at, std::min(kPiece, bytes - at));
+    for (size_t at = 0; at < bytes; at += kPiece)
+      update(&st, data.data() + at, std::min(kPiece, bytes - at));
     sink = sink + XXH3_64bits_digest(&st);
   };
   std::vector<std::pair<Case, Case>> cases = {
@@ -70,7 +73,8 @@ int main(int argc, char** argv) {
       {{"xxh3-64 streamed, 1 MiB pieces", [&] { stream64(XXH3_64bits_update); }},
        {"", [&] { stream64(XXH3_64bits_update_dispatch); }}},
   };
-  std::printf("%zu MiB from memory, %d rounds (best), default and dispatched alternating\n", mib, rounds);
+  std::printf("%zu MiB from memory, %d rounds (best), default and dispatched alternating\n", mib,
+              rounds);
   std::printf("%-32s %14s %17s %8s\n", "hash", "default GB/s", "dispatched GB/s", "ratio");
   for (auto& [plain, dispatched] : cases) {
     double best_plain = 1e30, best_dispatched = 1e30;

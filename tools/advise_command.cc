@@ -16,10 +16,10 @@
 
 #include "checkpoint_paths.h"
 #include "command.h"
-#include "format.h"
-#include "number_checks.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/save_policy.h"
+#include "format.h"
+#include "number_checks.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -62,9 +62,10 @@ Result<std::pair<double, size_t>> measured_blocking(const std::string& root) {
     if (m.is_ok() && m->blocking_seconds) times.push_back(*m->blocking_seconds);
   }
   if (times.empty()) {
-    return Status(StatusCode::kNotFound, "no checkpoint under " + root +
-                                              " records its blocking time (none saved by a manager that records it): "
-                                             "pass --checkpoint-seconds");
+    return Status(StatusCode::kNotFound,
+                  "no checkpoint under " + root +
+                      " records its blocking time (none saved by a manager that records it): "
+                      "pass --checkpoint-seconds");
   }
   std::sort(times.begin(), times.end());
   size_t n = times.size();
@@ -80,7 +81,8 @@ int run(const Args& a) {
   size_t measured = 0;
   if (!a.measure.empty()) {
     PathInfo p = classify_path(a.measure);
-    if (p.kind != PathKind::kRoot) return fail(kCommand, wrong_kind(p, "a checkpoint root"), kExitUsage);
+    if (p.kind != PathKind::kRoot)
+      return fail(kCommand, wrong_kind(p, "a checkpoint root"), kExitUsage);
     auto m = measured_blocking(a.measure);
     if (!m.is_ok()) return fail(kCommand, m.status().message(), kExitFailure);
     c = m->first;
@@ -91,24 +93,27 @@ int run(const Args& a) {
   if (!advice.is_ok()) return fail(kCommand, advice.status().message(), kExitUsage);
   const IntervalAdvice& r = *advice;
   if (a.json) {
-    nlohmann::ordered_json j = {{"checkpoint_seconds", c},
-                                {"measured_checkpoints", measured},
-                                {"mtbf_seconds", a.mtbf_hours * 3600},
-                                {"young_seconds", r.young_seconds},
-                                {"interval_seconds", r.interval_seconds},
-                                {"interval_steps", r.interval_steps ? nlohmann::ordered_json(*r.interval_steps)
-                                                                    : nlohmann::ordered_json(nullptr)},
-                                {"checkpoint_overhead", r.checkpoint_overhead},
-                                {"expected_loss", r.expected_loss},
-                                {"total_waste", r.total_waste}};
+    nlohmann::ordered_json j = {
+        {"checkpoint_seconds", c},
+        {"measured_checkpoints", measured},
+        {"mtbf_seconds", a.mtbf_hours * 3600},
+        {"young_seconds", r.young_seconds},
+        {"interval_seconds", r.interval_seconds},
+        {"interval_steps", r.interval_steps ? nlohmann::ordered_json(*r.interval_steps)
+                                            : nlohmann::ordered_json(nullptr)},
+        {"checkpoint_overhead", r.checkpoint_overhead},
+        {"expected_loss", r.expected_loss},
+        {"total_waste", r.total_waste}};
     std::cout << json_text(j) << "\n";
     return kExitOk;
   }
   std::cout << "checkpoint cost: " << seconds_text(c)
-            << (measured ? " (median blocking time of the newest " + std::to_string(measured) + " saves)" : "")
+            << (measured
+                    ? " (median blocking time of the newest " + std::to_string(measured) + " saves)"
+                    : "")
             << "\nmean time between failures: " << seconds_text(a.mtbf_hours * 3600) << "\n";
-  std::cout << "save every " << seconds_text(r.interval_seconds) << " of training (Daly; Young: "
-            << seconds_text(r.young_seconds) << ")\n";
+  std::cout << "save every " << seconds_text(r.interval_seconds)
+            << " of training (Daly; Young: " << seconds_text(r.young_seconds) << ")\n";
   if (r.interval_steps) std::cout << "  = every " << *r.interval_steps << " steps\n";
   std::cout << "checkpoint overhead: " << percent(r.checkpoint_overhead)
             << ", expected loss to failures: " << percent(r.expected_loss)
@@ -121,17 +126,20 @@ int run(const Args& a) {
 
 Command add_advise_command(CLI::App& parent) {
   auto args = std::make_shared<Args>();
-  CLI::App* app = parent.add_subcommand(
-      "advise", "Print the checkpoint interval that minimizes lost work plus checkpoint overhead (Young/Daly)");
+  CLI::App* app = parent.add_subcommand("advise",
+                                        "Print the checkpoint interval that minimizes lost work "
+                                        "plus checkpoint overhead (Young/Daly)");
   app->add_option("--checkpoint-seconds", args->checkpoint_seconds,
                   "What one checkpoint costs the training loop (seconds it blocks)")
       ->check(finite_in(1e-9, 1e9));
-  app->add_option("--measure", args->measure,
-                  "Take the checkpoint cost from the blocking times recorded in this root's manifests");
+  app->add_option(
+      "--measure", args->measure,
+      "Take the checkpoint cost from the blocking times recorded in this root's manifests");
   app->add_option("--mtbf-hours", args->mtbf_hours, "Mean time between failures of the job, hours")
       ->required()
       ->check(finite_in(1e-6, 1e9));
-  app->add_option("--step-seconds", args->step_seconds, "Seconds per training step: also give the interval in steps")
+  app->add_option("--step-seconds", args->step_seconds,
+                  "Seconds per training step: also give the interval in steps")
       ->check(finite_in(1e-9, 1e9));
   app->add_option("--restart-seconds", args->restart_seconds, "What a restart costs (seconds) [0]")
       ->check(finite_in(0, 1e9));

@@ -31,8 +31,10 @@ struct Args {
 };
 
 void print_text(const std::string& dir, const StaleFileReport& r, bool dry_run) {
-  for (const std::string& p : r.removed) std::cout << (dry_run ? "would remove " : "removed ") << p << "\n";
-  for (const std::string& p : r.in_use) std::cout << "in use (a writer is alive), kept " << p << "\n";
+  for (const std::string& p : r.removed)
+    std::cout << (dry_run ? "would remove " : "removed ") << p << "\n";
+  for (const std::string& p : r.in_use)
+    std::cout << "in use (a writer is alive), kept " << p << "\n";
   for (const std::string& p : r.too_recent) {
     std::cout << "no writer left, but written recently (a rank may still come), kept " << p << "\n";
   }
@@ -52,12 +54,8 @@ void print_text(const std::string& dir, const StaleFileReport& r, bool dry_run) 
 nlohmann::ordered_json to_json(const std::string& dir, const StaleFileReport& r) {
   nlohmann::ordered_json failed = nlohmann::ordered_json::array();
   for (const auto& [p, why] : r.failed) failed.push_back({{"path", p}, {"error", why}});
-  return {{"dir", dir},
-          {"removed", r.removed},
-          {"removed_bytes", r.removed_bytes},
-          {"in_use", r.in_use},
-          {"too_recent", r.too_recent},
-          {"failed", failed}};
+  return {{"dir", dir},         {"removed", r.removed},       {"removed_bytes", r.removed_bytes},
+          {"in_use", r.in_use}, {"too_recent", r.too_recent}, {"failed", failed}};
 }
 
 int run(const Args& a) {
@@ -98,13 +96,14 @@ int run(const Args& a) {
 
 Command add_clean_command(CLI::App& parent) {
   auto args = std::make_shared<Args>();
-  CLI::App* app = parent.add_subcommand(
-      "clean",
-      "Remove the temporary files of writers that died before they committed "
-      "(.NAME.fp-tmp-*); files of living writers are kept");
+  CLI::App* app =
+      parent.add_subcommand("clean",
+                            "Remove the temporary files of writers that died before they committed "
+                            "(.NAME.fp-tmp-*); files of living writers are kept");
   app->add_option("DIR", args->dirs, "Folders to clean")->required();
-  app->add_flag("-r,--recursive", args->recursive,
-                "Also every folder below DIR (symlinks not followed, other filesystems not entered)");
+  app->add_flag(
+      "-r,--recursive", args->recursive,
+      "Also every folder below DIR (symlinks not followed, other filesystems not entered)");
   app->add_flag("--dry-run", args->dry_run, "Only print what would be removed");
   app->add_option("--parallel-min-age", args->parallel_min_age,
                   "Remove a parallel writers' set (.NAME.fp-partial) that no writer holds only "

@@ -7,8 +7,9 @@
 //
 // which is `python -m fastpersist.convert` with a clear message when fastpersist (or torch) is
 // missing from that Python (which Python: python_exec.h). The process is replaced (exec), so the
-// exit status, signals and terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar from
-// the bytes it reads and writes through `_core.ProgressBar`, verify's bar (fastpersist/progress.h).
+// exit status, signals and terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws
+// the progress bar from the bytes it reads and writes through `_core.ProgressBar`, verify's bar
+// (fastpersist/progress.h).
 
 #include <filesystem>
 #include <iostream>
@@ -62,10 +63,11 @@ struct Args {
 // through a CheckpointManager of its root, so the root's lock keeps a training job out.
 int run_materialize(const Args& a) {
   if (!a.dst.empty()) {
-    return fail(kCommand, "--materialize works in place: give the checkpoint only, no DST", kExitUsage);
+    return fail(kCommand, "--materialize works in place: give the checkpoint only, no DST",
+                kExitUsage);
   }
-  if (a.tag || a.prefix || a.compression || a.compression_level || a.drop_non_tensors || a.unsafe_pickle ||
-      a.overwrite) {
+  if (a.tag || a.prefix || a.compression || a.compression_level || a.drop_non_tensors ||
+      a.unsafe_pickle || a.overwrite) {
     return fail(kCommand, "--materialize takes no other option", kExitUsage);
   }
   PathInfo p = classify_path(a.src);
@@ -84,7 +86,8 @@ int run_materialize(const Args& a) {
   auto manager = CheckpointManager::open(root, copts);
   if (!manager.is_ok()) {
     const Status& st = manager.status();
-    return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(), kExitFailure);
+    return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(),
+                kExitFailure);
   }
   auto before = read_manifest(p.path);
   auto copied = (*manager)->materialize(tag);
@@ -92,16 +95,18 @@ int run_materialize(const Args& a) {
   if (!copied.is_ok()) return fail(kCommand, copied.status().to_string(), kExitFailure);
   if (!closed.is_ok()) return fail(kCommand, closed.to_string(), kExitFailure);
   if (*copied == 0) {
-    std::cout << "checkpoint " << p.path << " references no other checkpoint: it is standalone already\n";
+    std::cout << "checkpoint " << p.path
+              << " references no other checkpoint: it is standalone already\n";
     return kExitOk;
   }
   std::string bases;
   if (before.is_ok()) {
-    for (const std::string& b : checkpoint::referenced_tags(*before)) bases += (bases.empty() ? "" : ", ") + b;
+    for (const std::string& b : checkpoint::referenced_tags(*before))
+      bases += (bases.empty() ? "" : ", ") + b;
   }
   std::cout << "materialized checkpoint " << p.path << ": copied " << *copied << " bytes from "
-            << bases << "; it no longer depends on " << (bases.find(',') == std::string::npos ? "it" : "them")
-            << "\n";
+            << bases << "; it no longer depends on "
+            << (bases.find(',') == std::string::npos ? "it" : "them") << "\n";
   return kExitOk;
 }
 
@@ -110,7 +115,8 @@ std::vector<std::string> python_args(const Args& a) {
   if (a.tag) argv.insert(argv.end(), {"--tag", *a.tag});
   if (a.prefix) argv.insert(argv.end(), {"--prefix", *a.prefix});
   if (a.compression) argv.insert(argv.end(), {"--compression", *a.compression});
-  if (a.compression_level) argv.insert(argv.end(), {"--compression-level", std::to_string(*a.compression_level)});
+  if (a.compression_level)
+    argv.insert(argv.end(), {"--compression-level", std::to_string(*a.compression_level)});
   if (a.drop_non_tensors) argv.push_back("--drop-non-tensors");
   if (a.unsafe_pickle) argv.push_back("--unsafe-pickle");
   if (a.overwrite) argv.push_back("--overwrite");

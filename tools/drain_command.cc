@@ -16,11 +16,11 @@
 #include "checkpoint/tier_drain.h"
 #include "checkpoint_paths.h"
 #include "command.h"
-#include "format.h"
-#include "number_checks.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/options.h"
+#include "format.h"
+#include "number_checks.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -44,9 +44,10 @@ int report(const Args& a, const std::vector<std::string>& plan, const checkpoint
   std::vector<std::string> failures;
   for (const Status& st : pass.failures) failures.push_back(st.to_string());
   if (a.json) {
-    nlohmann::ordered_json j = {{"root", a.root},         {"tier", a.tier},         {"dry_run", a.dry_run},
-                                {"planned", plan},        {"drained", pass.drained}, {"gone", pass.gone},
-                                {"failures", failures},   {"bytes", pass.bytes},     {"seconds", pass.seconds}};
+    nlohmann::ordered_json j = {
+        {"root", a.root},       {"tier", a.tier},          {"dry_run", a.dry_run},
+        {"planned", plan},      {"drained", pass.drained}, {"gone", pass.gone},
+        {"failures", failures}, {"bytes", pass.bytes},     {"seconds", pass.seconds}};
     std::cout << json_text(j) << "\n";
   } else if (a.dry_run) {
     for (const std::string& tag : plan) std::cout << "would drain " << tag << "\n";
@@ -54,12 +55,15 @@ int report(const Args& a, const std::vector<std::string>& plan, const checkpoint
               << " into " << a.tier << "\nnothing was changed (dry run)\n";
   } else {
     for (const std::string& tag : pass.drained) std::cout << "drained " << tag << "\n";
-    for (const std::string& tag : pass.gone) std::cout << "skipped " << tag << ": removed from " << a.root << " meanwhile\n";
+    for (const std::string& tag : pass.gone)
+      std::cout << "skipped " << tag << ": removed from " << a.root << " meanwhile\n";
     for (const std::string& f : failures) std::cerr << "fastpersist drain: error: " << f << "\n";
     double rate = pass.seconds > 0 ? static_cast<double>(pass.bytes) / pass.seconds : 0;
-    std::cout << pass.drained.size() << " drained into " << a.tier << " (" << format_bytes(pass.bytes);
+    std::cout << pass.drained.size() << " drained into " << a.tier << " ("
+              << format_bytes(pass.bytes);
     if (rate > 0) std::cout << ", " << format_bytes(static_cast<uint64_t>(rate)) << "/s";
-    std::cout << ")" << (failures.empty() ? "" : ", " + std::to_string(failures.size()) + " failed") << "\n";
+    std::cout << ")" << (failures.empty() ? "" : ", " + std::to_string(failures.size()) + " failed")
+              << "\n";
   }
   std::cout.flush();
   return failures.empty() ? kExitOk : kExitFailure;
@@ -67,7 +71,8 @@ int report(const Args& a, const std::vector<std::string>& plan, const checkpoint
 
 int run(const Args& a) {
   PathInfo p = classify_path(a.root);
-  if (p.kind != PathKind::kRoot) return fail(kCommand, wrong_kind(p, "a checkpoint root"), kExitUsage);
+  if (p.kind != PathKind::kRoot)
+    return fail(kCommand, wrong_kind(p, "a checkpoint root"), kExitUsage);
   TierOptions tier;
   tier.path = a.tier;
   tier.keep_last = a.keep_last;
@@ -75,21 +80,25 @@ int run(const Args& a) {
   tier.every = a.every;
   if (!a.bandwidth.empty()) {
     auto cap = parse_size(a.bandwidth);
-    if (!cap.is_ok()) return fail(kCommand, "invalid --bandwidth: " + cap.status().message(), kExitUsage);
+    if (!cap.is_ok())
+      return fail(kCommand, "invalid --bandwidth: " + cap.status().message(), kExitUsage);
     tier.bandwidth_bytes_per_second = *cap;
   }
   if (!tier.is_object_store() && (!a.part_size.empty() || a.transfers)) {
-    return fail(kCommand, "--part-size and --transfers are for object-store tiers (s3://...)", kExitUsage);
+    return fail(kCommand, "--part-size and --transfers are for object-store tiers (s3://...)",
+                kExitUsage);
   }
   if (!a.part_size.empty()) {
     auto part = parse_size(a.part_size);
-    if (!part.is_ok()) return fail(kCommand, "invalid --part-size: " + part.status().message(), kExitUsage);
+    if (!part.is_ok())
+      return fail(kCommand, "invalid --part-size: " + part.status().message(), kExitUsage);
     tier.part_bytes = *part;
   }
   if (a.transfers) tier.transfers = *a.transfers;
   CheckpointOptions base;
   auto engine_options = engine_options_from_env();
-  if (!engine_options.is_ok()) return fail(kCommand, engine_options.status().to_string(), kExitUsage);
+  if (!engine_options.is_ok())
+    return fail(kCommand, engine_options.status().to_string(), kExitUsage);
   base.engine = *engine_options;
   base.tiers = {tier};
   if (Status st = checkpoint::check_tiers(a.root, {tier}); !st.is_ok()) {
@@ -110,14 +119,16 @@ int run(const Args& a) {
       if (!listed.is_ok()) return fail(kCommand, listed.status().to_string(), kExitFailure);
       present = std::move(listed).value();
     } else if (t.kind != PathKind::kMissing) {
-      return fail(kCommand, wrong_kind(t, "a checkpoint root (or a path to create one at)"), kExitUsage);
+      return fail(kCommand, wrong_kind(t, "a checkpoint root (or a path to create one at)"),
+                  kExitUsage);
     }
     return report(a, checkpoint::plan_drain(*local, present, tier), {});
   }
   auto target = checkpoint::open_tier_target(tier, base);
   if (!target.is_ok()) {
     const Status& st = target.status();
-    return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(), kExitFailure);
+    return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(),
+                kExitFailure);
   }
   auto present = (*target)->list();
   if (!present.is_ok()) return fail(kCommand, present.status().to_string(), kExitFailure);
@@ -129,7 +140,8 @@ int run(const Args& a) {
   if (!a.json) {
     hooks.begin = [](const std::string& tag) { std::cerr << "draining " << tag << " ...\n"; };
   }
-  checkpoint::TierPass pass = checkpoint::drain_tier(a.root, plan, *local, **engine, **target, hooks);
+  checkpoint::TierPass pass =
+      checkpoint::drain_tier(a.root, plan, *local, **engine, **target, hooks);
   if (Status st = (*target)->close(); !st.is_ok()) pass.failures.push_back(st);
   return report(a, plan, pass);
 }
@@ -144,7 +156,8 @@ Command add_drain_command(CLI::App& parent) {
       "filesystem) that lacks them, verified on the way; then apply the tier's retention");
   app->add_option("ROOT", args->root, "Checkpoint root to copy from")->required();
   app->add_option("TIER", args->tier,
-                  "The tier: a checkpoint root (created if needed), or an object store's URL (s3://bucket/prefix)")
+                  "The tier: a checkpoint root (created if needed), or an object store's URL "
+                  "(s3://bucket/prefix)")
       ->required();
   app->add_option("--keep-last", args->keep_last, "The tier keeps its newest N checkpoints")
       ->check(integer_in(1, int64_t{1} << 30));
@@ -153,10 +166,12 @@ Command add_drain_command(CLI::App& parent) {
       ->check(integer_in(1, INT64_MAX));
   app->add_option("--every", args->every, "Copy only checkpoints whose step is a multiple of N")
       ->check(integer_in(1, INT64_MAX));
-  app->add_option("--bandwidth", args->bandwidth, "Cap the copy at this many bytes per second (e.g. 200MiB)");
+  app->add_option("--bandwidth", args->bandwidth,
+                  "Cap the copy at this many bytes per second (e.g. 200MiB)");
   app->add_option("--part-size", args->part_size,
                   "Object stores: each uploaded part (5MiB to 5GiB; default 32MiB)");
-  app->add_option("--transfers", args->transfers, "Object stores: parts in flight at once (1 to 64; default 8)")
+  app->add_option("--transfers", args->transfers,
+                  "Object stores: parts in flight at once (1 to 64; default 8)")
       ->check(integer_in(1, 64));
   app->add_flag("--dry-run", args->dry_run, "Only print what would be copied");
   app->add_flag("--json", args->json, "Print one JSON object instead of text");

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <iostream>
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -174,10 +174,12 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
     j["stored_bytes"] = stored_bytes;
     j["compression_ratio"] = ratio(m.tensor_bytes(), stored_bytes);
     j["references"] = nlohmann::ordered_json::object();
-    for (const auto& [tag, r] : references) j["references"][tag] = {{"tensors", r.tensors}, {"bytes", r.bytes}};
+    for (const auto& [tag, r] : references)
+      j["references"][tag] = {{"tensors", r.tensors}, {"bytes", r.bytes}};
     j["encodings"] = nlohmann::ordered_json::object();
     for (const auto& [name, e] : encodings) {
-      j["encodings"][name] = {{"tensors", e.tensors}, {"bytes", e.bytes}, {"stored_bytes", e.stored}};
+      j["encodings"][name] = {
+          {"tensors", e.tensors}, {"bytes", e.bytes}, {"stored_bytes", e.stored}};
     }
     j["files"] = nlohmann::ordered_json::array();
     for (size_t i = 0; i < m.files.size(); ++i) {
@@ -236,8 +238,8 @@ int inspect_checkpoint(const std::string& dir, bool json, bool tensors) {
   if (encodings.size() > 1 || !encodings.contains(std::string(kEncodingRaw))) {
     std::string stored;
     for (const auto& [name, e] : encodings) {
-      stored += (stored.empty() ? "" : ", ") + name + " " + count(e.tensors, "tensor", "tensors") + " " +
-                format_bytes(e.bytes) + " -> " + format_bytes(e.stored);
+      stored += (stored.empty() ? "" : ", ") + name + " " + count(e.tensors, "tensor", "tensors") +
+                " " + format_bytes(e.bytes) + " -> " + format_bytes(e.stored);
     }
     row("stored", stored + " (" + ratio_text(m.tensor_bytes(), stored_bytes) + " smaller)");
   }
@@ -345,10 +347,14 @@ int inspect_foreign_tag(const std::string& dir, const ForeignTag& f, bool json) 
       "no fastpersist manifest: written by DeepSpeed's own checkpoint engine, which records no "
       "checksums, so `fastpersist verify` cannot check it (fastpersist.deepspeed loads it)";
   if (json) {
-    nlohmann::ordered_json j = {{"kind", "deepspeed_tag"}, {"path", dir}, {"tag", f.tag},
-                                {"bytes", f.bytes}, {"note", note}};
+    nlohmann::ordered_json j = {{"kind", "deepspeed_tag"},
+                                {"path", dir},
+                                {"tag", f.tag},
+                                {"bytes", f.bytes},
+                                {"note", note}};
     j["files"] = nlohmann::ordered_json::array();
-    for (const auto& [name, size] : f.listing) j["files"].push_back({{"name", name}, {"size", size}});
+    for (const auto& [name, size] : f.listing)
+      j["files"].push_back({{"name", name}, {"size", size}});
     std::cout << json_text(j) << "\n";
   } else {
     std::cout << "DeepSpeed tag " << dir << "\n  " << note << "\n  size ........... "
@@ -357,7 +363,8 @@ int inspect_foreign_tag(const std::string& dir, const ForeignTag& f, bool json) 
     size_t width = 0;
     for (const auto& entry : f.listing) width = std::max(width, entry.first.size());
     for (const auto& [name, size] : f.listing) {
-      std::cout << "  " << name << std::string(width + 2 - name.size(), ' ') << format_bytes(size) << "\n";
+      std::cout << "  " << name << std::string(width + 2 - name.size(), ' ') << format_bytes(size)
+                << "\n";
     }
   }
   std::cout.flush();
@@ -402,16 +409,18 @@ Command add_inspect_command(CLI::App& parent) {
                             kExitFailure);
               case PathKind::kTorchFile:
                 return fail(kCommand,
-                            wrong_kind(p, "a checkpoint directory, a checkpoint root or a "
-                                          "safetensors file (`fastpersist convert` turns it "
-                                          "into safetensors)"),
+                            wrong_kind(p,
+                                       "a checkpoint directory, a checkpoint root or a "
+                                       "safetensors file (`fastpersist convert` turns it "
+                                       "into safetensors)"),
                             kExitUsage);
               case PathKind::kOtherFile:
                 break;
             }
             return fail(kCommand,
-                        wrong_kind(p, "a checkpoint directory, a checkpoint root or a "
-                                      "safetensors file"),
+                        wrong_kind(p,
+                                   "a checkpoint directory, a checkpoint root or a "
+                                   "safetensors file"),
                         kExitUsage);
           }};
 }

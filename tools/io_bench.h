@@ -71,8 +71,8 @@ Status timed_write(IoEngine& engine, const std::string& path, std::byte* buffer,
                    Loop* loop);
 Status timed_read(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
                   Loop* loop);
-Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
-                         bool verbose);
+Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* buffer,
+                         uint64_t size, bool verbose);
 
 // Checks the arguments and resolves the engine options; kInvalidArgument says what is wrong.
 // io-bench's engine settings before the environment, a configuration file or a flag changes

@@ -55,8 +55,8 @@ Status timed_read(IoEngine& engine, const std::string& path, std::byte* buffer, 
   return n.status();
 }
 
-Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* buffer, uint64_t size,
-                         bool verbose) {
+Status prepare_read_file(IoEngine& engine, const std::string& path, std::byte* buffer,
+                         uint64_t size, bool verbose) {
   FP_ASSIGN_OR_RETURN(std::optional<uint64_t> existing, regular_file_size(path));
   if (existing && *existing >= size) return Status::ok();
   if (verbose) {

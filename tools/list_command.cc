@@ -13,13 +13,13 @@
 
 #include "checkpoint/tier_drain.h"
 #include "checkpoint_paths.h"
-#include "object_roots.h"
 #include "command.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/foreign_checkpoint.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/object_store.h"
 #include "format.h"
+#include "object_roots.h"
 
 namespace fastpersist::cli {
 
@@ -109,17 +109,18 @@ int print_root_listing(const std::string& command, const std::string& root, bool
            {"latest", latest_tag && *latest_tag == c.tag}});
       if (!tiers.empty()) {
         auto it = view.also_in.find(c.tag);
-        j["checkpoints"].back()["tiers"] = it == view.also_in.end() ? std::vector<std::string>{} : it->second;
+        j["checkpoints"].back()["tiers"] =
+            it == view.also_in.end() ? std::vector<std::string>{} : it->second;
       }
     }
     if (!tiers.empty()) {
       j["only_in_tiers"] = nlohmann::ordered_json::array();
       for (const CheckpointPlace& p : view.only_in_tiers) {
-        j["only_in_tiers"].push_back(
-            {{"tag", p.info.tag},
-             {"step", p.info.step ? nlohmann::ordered_json(*p.info.step) : nlohmann::ordered_json(nullptr)},
-             {"created_unix", p.info.created_unix},
-             {"tiers", p.roots}});
+        j["only_in_tiers"].push_back({{"tag", p.info.tag},
+                                      {"step", p.info.step ? nlohmann::ordered_json(*p.info.step)
+                                                           : nlohmann::ordered_json(nullptr)},
+                                      {"created_unix", p.info.created_unix},
+                                      {"tiers", p.roots}});
       }
       j["unreachable_tiers"] = view.unreachable;
     }
@@ -128,7 +129,8 @@ int print_root_listing(const std::string& command, const std::string& root, bool
       j["skipped"].push_back({{"tag", s.tag}, {"reason", s.reason}});
     j["foreign_tags"] = nlohmann::ordered_json::array();
     for (const ForeignTag& f : foreign) {
-      j["foreign_tags"].push_back({{"tag", f.tag}, {"kind", f.kind}, {"files", f.files}, {"bytes", f.bytes}});
+      j["foreign_tags"].push_back(
+          {{"tag", f.tag}, {"kind", f.kind}, {"files", f.files}, {"bytes", f.bytes}});
     }
     std::cout << json_text(j) << "\n";
     std::cout.flush();
@@ -175,8 +177,8 @@ int print_root_listing(const std::string& command, const std::string& root, bool
   }
   for (const CheckpointPlace& p : view.only_in_tiers) {
     std::cout << "only in " << joined_or_dash(p.roots) << ": " << p.info.tag << " (step "
-              << (p.info.step ? std::to_string(*p.info.step) : "-") << ", " << iso_time_utc(p.info.created_unix)
-              << ")\n";
+              << (p.info.step ? std::to_string(*p.info.step) : "-") << ", "
+              << iso_time_utc(p.info.created_unix) << ")\n";
   }
   for (const std::string& u : view.unreachable) std::cout << "tier unreachable: " << u << "\n";
   if (!skipped.empty()) {
@@ -186,14 +188,15 @@ int print_root_listing(const std::string& command, const std::string& root, bool
     for (const SkippedDir& s : skipped) std::cout << "  " << s.tag << ": " << s.reason << "\n";
   }
   if (!foreign.empty()) {
-    std::cout << foreign.size() << (foreign.size() == 1 ? " DeepSpeed tag" : " DeepSpeed tags")
-              << " without a fastpersist manifest (written by DeepSpeed's own engine: no checksums, "
-                 "so they cannot be verified; they load through fastpersist.deepspeed):\n";
+    std::cout
+        << foreign.size() << (foreign.size() == 1 ? " DeepSpeed tag" : " DeepSpeed tags")
+        << " without a fastpersist manifest (written by DeepSpeed's own engine: no checksums, "
+           "so they cannot be verified; they load through fastpersist.deepspeed):\n";
     const std::string pointer = latest_pointer_text(root);
     for (const ForeignTag& f : foreign) {
       std::cout << "  " << f.tag << ": " << f.files << (f.files == 1 ? " file, " : " files, ")
-                << format_bytes(f.bytes) << (pointer == f.tag ? " (the `latest` file names it)" : "")
-                << "\n";
+                << format_bytes(f.bytes)
+                << (pointer == f.tag ? " (the `latest` file names it)" : "") << "\n";
     }
   }
   std::cout.flush();

@@ -8,7 +8,8 @@
 namespace fastpersist::cli {
 
 CLI::Validator finite_in(double min, double max) {
-  const std::string range = "[" + CLI::detail::to_string(min) + ", " + CLI::detail::to_string(max) + "]";
+  const std::string range =
+      "[" + CLI::detail::to_string(min) + ", " + CLI::detail::to_string(max) + "]";
   return CLI::Validator(
       [min, max, range](std::string& text) -> std::string {
         double value = 0;

@@ -17,18 +17,20 @@ Result<std::unique_ptr<checkpoint::ObjectTier>> open_object_root(const std::stri
   return checkpoint::open_object_tier(tier);
 }
 
-Result<std::vector<CheckpointInfo>> list_any_root(const std::string& root, std::vector<std::string>* skipped) {
+Result<std::vector<CheckpointInfo>> list_any_root(const std::string& root,
+                                                  std::vector<std::string>* skipped) {
   if (!is_object_store_url(root)) return list_checkpoints(root, skipped);
   FP_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ObjectTier> tier, open_object_root(root));
   FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, tier->scan());
   if (skipped != nullptr) {
-    for (const checkpoint::DamagedCheckpoint& d : scan.damaged) skipped->push_back(d.tag + ": " + d.reason);
+    for (const checkpoint::DamagedCheckpoint& d : scan.damaged)
+      skipped->push_back(d.tag + ": " + d.reason);
   }
   return std::move(scan.committed);
 }
 
 Result<std::optional<std::string>> latest_of_any_root(const std::string& root,
-                                                     const std::vector<CheckpointInfo>& listed) {
+                                                      const std::vector<CheckpointInfo>& listed) {
   if (!is_object_store_url(root)) return latest_checkpoint(root);
   if (listed.empty()) return std::optional<std::string>{};
   return std::optional<std::string>(listed.back().tag);

@@ -21,10 +21,11 @@ namespace fastpersist::cli {
 Result<std::unique_ptr<checkpoint::ObjectTier>> open_object_root(const std::string& url);
 
 // list_checkpoints(root, skipped), for a directory or an object-store URL.
-Result<std::vector<CheckpointInfo>> list_any_root(const std::string& root, std::vector<std::string>* skipped);
+Result<std::vector<CheckpointInfo>> list_any_root(const std::string& root,
+                                                  std::vector<std::string>* skipped);
 // latest_checkpoint(root) for a directory; for a URL the newest of `listed`.
 Result<std::optional<std::string>> latest_of_any_root(const std::string& root,
-                                                     const std::vector<CheckpointInfo>& listed);
+                                                      const std::vector<CheckpointInfo>& listed);
 
 // Where object tiers are fetched to be verified: $TMPDIR, else /tmp.
 std::string scratch_folder();

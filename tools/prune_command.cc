@@ -23,13 +23,13 @@
 #include "checkpoint/root_scan.h"
 #include "checkpoint_paths.h"
 #include "command.h"
-#include "format.h"
-#include "number_checks.h"
-#include "object_roots.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/object_store.h"
 #include "fastpersist/options.h"
+#include "format.h"
+#include "number_checks.h"
+#include "object_roots.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -78,7 +78,8 @@ std::vector<std::string> tags_of(const std::vector<CheckpointInfo>& infos) {
 // `why`: for a dry run, why each kept checkpoint stays (retention.h's reasons), in kept order.
 int report(const Args& a, const std::vector<std::string>& removed,
            const std::vector<std::string>& kept, const std::vector<std::string>& damaged,
-           const std::string& note, const std::vector<std::pair<std::string, std::string>>& why = {}) {
+           const std::string& note,
+           const std::vector<std::pair<std::string, std::string>>& why = {}) {
   if (a.json) {
     nlohmann::ordered_json j = {
         {"root", a.root}, {"dry_run", a.dry_run}, {"removed", removed}, {"kept", kept}};
@@ -129,22 +130,26 @@ int run_object_tier(const Args& a) {
     auto engine = IoEngine::create(*options);
     if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
     const std::string scratch = scratch_folder();
-    damaged = checkpoint::demote_damaged(&*scan, a.keep_last, [&](const CheckpointInfo& c) -> std::string {
-      auto report = checkpoint::verify_object_checkpoint(**tier, c.tag, scratch, **engine);
-      if (!report.is_ok()) return "cannot be verified: " + report.status().to_string();
-      return report->ok() ? "" : report->problems.front();
-    });
+    damaged = checkpoint::demote_damaged(
+        &*scan, a.keep_last, [&](const CheckpointInfo& c) -> std::string {
+          auto report = checkpoint::verify_object_checkpoint(**tier, c.tag, scratch, **engine);
+          if (!report.is_ok()) return "cannot be verified: " + report.status().to_string();
+          return report->ok() ? "" : report->problems.front();
+        });
   }
-  checkpoint::RetentionDecision decision = checkpoint::decide_retention(*scan, a.keep_last, a.keep_every);
+  checkpoint::RetentionDecision decision =
+      checkpoint::decide_retention(*scan, a.keep_last, a.keep_every);
   std::set<std::string> gone(decision.remove.begin(), decision.remove.end());
   std::vector<std::string> kept;
   for (const CheckpointInfo& c : scan->committed) {
     if (gone.count(c.tag) == 0) kept.push_back(c.tag);
   }
   if (!a.dry_run && !decision.remove.empty()) {
-    if (Status st = (*tier)->remove_all(decision.remove); !st.is_ok()) return fail(kCommand, st.to_string(), kExitFailure);
+    if (Status st = (*tier)->remove_all(decision.remove); !st.is_ok())
+      return fail(kCommand, st.to_string(), kExitFailure);
   }
-  return report(a, decision.remove, kept, damaged, "", a.dry_run ? decision.kept : decltype(decision.kept){});
+  return report(a, decision.remove, kept, damaged, "",
+                a.dry_run ? decision.kept : decltype(decision.kept){});
 }
 
 int run(const Args& a) {
@@ -152,9 +157,7 @@ int run(const Args& a) {
   PathInfo p = classify_path(a.root);
   if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
   if (p.kind == PathKind::kCheckpoint || p.kind == PathKind::kIncompleteCheckpoint) {
-    return fail(kCommand,
-                wrong_kind(p, "a root: prune the directory that holds it"),
-                kExitUsage);
+    return fail(kCommand, wrong_kind(p, "a root: prune the directory that holds it"), kExitUsage);
   }
   if (p.kind != PathKind::kRoot) {
     return fail(kCommand, a.root + " is a file, not a checkpoint root (a directory)", kExitUsage);
@@ -177,7 +180,8 @@ int run(const Args& a) {
       if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
       damaged = checkpoint::demote_damaged(&*scan, a.keep_last, a.root, **engine);
     }
-    checkpoint::RetentionDecision decision = checkpoint::decide_retention(*scan, keep_last, a.keep_every);
+    checkpoint::RetentionDecision decision =
+        checkpoint::decide_retention(*scan, keep_last, a.keep_every);
     std::set<std::string> gone(decision.remove.begin(), decision.remove.end());
     std::vector<std::string> kept;
     for (const CheckpointInfo& c : listed) {

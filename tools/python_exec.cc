@@ -61,7 +61,8 @@ int exec_python(const std::string& command, const std::string& bootstrap,
     tried.push_back(std::string(name) + " on PATH");
     exec_one(name, args, true);
     if (errno != ENOENT) {
-      return fail(command, std::string("cannot run ") + name + ": " + std::strerror(errno), kExitFailure);
+      return fail(command, std::string("cannot run ") + name + ": " + std::strerror(errno),
+                  kExitFailure);
     }
   }
   std::string list;

@@ -21,8 +21,8 @@
 #include "fastpersist/io_backend.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/options.h"
-#include "fastpersist/tensor_codec.h"
 #include "fastpersist/pinned_buffer.h"
+#include "fastpersist/tensor_codec.h"
 #include "format.h"
 
 namespace fastpersist::cli {
@@ -207,11 +207,11 @@ void print_text(const Report& r) {
         "cufile/lib for this CLI; Python finds it itself), or the CUDA toolkit's GDS package",
         2);
   }
-  row("nvidia-fs driver", r.gds.nvidia_fs_loaded
-                              ? "[OKAY] loaded" + (r.gds.nvidia_fs_version.empty()
-                                                       ? std::string()
-                                                       : ": " + r.gds.nvidia_fs_version)
-                              : "[NO] not loaded (/proc/driver/nvidia-fs is absent)");
+  row("nvidia-fs driver",
+      r.gds.nvidia_fs_loaded
+          ? "[OKAY] loaded" +
+                (r.gds.nvidia_fs_version.empty() ? std::string() : ": " + r.gds.nvidia_fs_version)
+          : "[NO] not loaded (/proc/driver/nvidia-fs is absent)");
   row("GDS mode", (r.gds.compat_mode ? "[COMPAT] " : "[OKAY] ") + r.gds.mode);
 
   std::cout << rule << "\nbuild\n" << rule << "\n";

@@ -31,8 +31,8 @@ int hand_object_stores_to_python(int argc, char** argv) {
   if (!names_store || object_store_opener_installed()) return -1;
   if (const char* in = std::getenv(kInPythonVariable); in != nullptr && in[0] == '1') return -1;
   return exec_python("object stores",
-                     "import sys\nfrom fastpersist.cli import main\nsys.exit(main(sys.argv[1:]))", args,
-                     "the fastpersist package and boto3 (pip install fastpersist[s3])");
+                     "import sys\nfrom fastpersist.cli import main\nsys.exit(main(sys.argv[1:]))",
+                     args, "the fastpersist package and boto3 (pip install fastpersist[s3])");
 }
 
 }  // namespace
@@ -43,12 +43,11 @@ int run_cli(int argc, char** argv) {
                "fastpersist"};
   app.set_version_flag("--version", FASTPERSIST_VERSION);
   app.require_subcommand(1);
-  std::vector<Command> commands = {add_report_command(app), add_io_bench_command(app),
-                                   add_list_command(app),   add_inspect_command(app),
-                                   add_verify_command(app), add_prune_command(app),
-                                   add_convert_command(app), add_clean_command(app),
-                                   add_drain_command(app), add_advise_command(app),
-                                   add_tune_command(app)};
+  std::vector<Command> commands = {
+      add_report_command(app),  add_io_bench_command(app), add_list_command(app),
+      add_inspect_command(app), add_verify_command(app),   add_prune_command(app),
+      add_convert_command(app), add_clean_command(app),    add_drain_command(app),
+      add_advise_command(app),  add_tune_command(app)};
   // Every command's engine settings start from this configuration file (config_file.h). It is
   // passed on as FASTPERSIST_CONFIG, so the commands and the processes they start read it alike.
   std::string config;

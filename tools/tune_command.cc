@@ -71,20 +71,26 @@ Result<double> parse_duration(const std::string& text) {
     used = 0;
   }
   std::string unit = text.substr(used);
-  double scale = unit.empty() || unit == "s" ? 1 : unit == "m" || unit == "min" ? 60 : unit == "h" ? 3600 : 0;
+  double scale = unit.empty() || unit == "s"    ? 1
+                 : unit == "m" || unit == "min" ? 60
+                 : unit == "h"                  ? 3600
+                                                : 0;
   if (used == 0 || scale == 0 || !std::isfinite(value) || value <= 0 || value * scale > 7 * 86400) {
     return Status(StatusCode::kInvalidArgument,
-                  "invalid --budget '" + text + "' (a positive duration such as 120s, 5m or 1h, at most a week)");
+                  "invalid --budget '" + text +
+                      "' (a positive duration such as 120s, 5m or 1h, at most a week)");
   }
   return value * scale;
 }
 
 std::string describe(const tune::Candidate& c, bool with_writer) {
   std::ostringstream o;
-  o << backend_name(c.engine.backend) << ", block " << format_bytes(c.engine.block_size) << ", queue depth "
-    << c.engine.queue_depth << ", parallelism " << c.engine.intra_op_parallelism << ", single_submit "
-    << on_off(c.engine.single_submit) << ", overlap_events " << on_off(c.engine.overlap_events);
-  if (with_writer && c.writer_buffer != 0) o << ", writer staging " << format_bytes(c.writer_buffer);
+  o << backend_name(c.engine.backend) << ", block " << format_bytes(c.engine.block_size)
+    << ", queue depth " << c.engine.queue_depth << ", parallelism " << c.engine.intra_op_parallelism
+    << ", single_submit " << on_off(c.engine.single_submit) << ", overlap_events "
+    << on_off(c.engine.overlap_events);
+  if (with_writer && c.writer_buffer != 0)
+    o << ", writer staging " << format_bytes(c.writer_buffer);
   return o.str();
 }
 
@@ -126,9 +132,11 @@ class Progress {
     const int filled = static_cast<int>(std::lround(spent * width));
     std::string bar(static_cast<size_t>(std::clamp(filled, 0, width)), '=');
     bar.resize(width, ' ');
-    std::string line = "tune " + phase + " [" + bar + "] " + std::to_string(n) + " measured, last " +
-                       format_fixed(rate, 2) + " GB/s, best " + format_fixed(best, 2) + " GB/s";
-    std::cerr << "\r" << line << std::string(last_ > line.size() ? last_ - line.size() : 0, ' ') << std::flush;
+    std::string line = "tune " + phase + " [" + bar + "] " + std::to_string(n) +
+                       " measured, last " + format_fixed(rate, 2) + " GB/s, best " +
+                       format_fixed(best, 2) + " GB/s";
+    std::cerr << "\r" << line << std::string(last_ > line.size() ? last_ - line.size() : 0, ' ')
+              << std::flush;
     last_ = line.size();
   }
   void end() {
@@ -144,7 +152,11 @@ class Progress {
 class Tuner {
  public:
   Tuner(const Args& a, std::string folder, uint64_t size, double budget)
-      : a_(a), folder_(std::move(folder)), size_(size), budget_(budget), progress_(progress_enabled(a)) {}
+      : a_(a),
+        folder_(std::move(folder)),
+        size_(size),
+        budget_(budget),
+        progress_(progress_enabled(a)) {}
 
   static bool progress_enabled(const Args& a) {
     return !a.no_progress && !a.json && (a.progress || stderr_is_tty());
@@ -155,12 +167,17 @@ class Tuner {
     const bool do_read = a_.read || a_.both || (!a_.write);
     path_ = (std::filesystem::path(folder_) / kFileName).string();
     Result<PinnedBuffer> buffer = PinnedBuffer::allocate(static_cast<size_t>(size_));
-    if (!buffer.is_ok()) return fail(kCommand, "cannot allocate the buffer: " + buffer.status().to_string(), kExitFailure);
+    if (!buffer.is_ok())
+      return fail(kCommand, "cannot allocate the buffer: " + buffer.status().to_string(),
+                  kExitFailure);
     buffer_ = &*buffer;
     fill_pseudo_random(buffer_->data(), static_cast<size_t>(size_), 0x9e3779b97f4a7c15ULL);
     if (!a_.json) {
-      std::cout << "fastpersist tune: " << folder_ << ", " << format_bytes(size_) << " per measurement, budget "
-                << format_fixed(budget_, 0) << " s, " << (do_write && do_read ? "write and read" : do_write ? "write" : "read")
+      std::cout << "fastpersist tune: " << folder_ << ", " << format_bytes(size_)
+                << " per measurement, budget " << format_fixed(budget_, 0) << " s, "
+                << (do_write && do_read ? "write and read"
+                    : do_write          ? "write"
+                                        : "read")
                 << "\n";
       std::cout.flush();
     }
@@ -170,14 +187,16 @@ class Tuner {
     const double engine_share = do_write && do_read ? 0.42 : 0.85;
     std::optional<Phase> write, read, staging;
     if (do_write) {
-      auto r = run_phase("write", space, start, engine_share * budget_, [this](const tune::Candidate& c) { return measure_write(c); });
+      auto r = run_phase("write", space, start, engine_share * budget_,
+                         [this](const tune::Candidate& c) { return measure_write(c); });
       if (!r.is_ok()) return cleanup_fail(r.status());
       write = std::move(*r);
     }
     if (do_read) {
       Status prep = prepare_read();
       if (!prep.is_ok()) return cleanup_fail(prep);
-      auto r = run_phase("read", space, start, engine_share * budget_, [this](const tune::Candidate& c) { return measure_read(c); });
+      auto r = run_phase("read", space, start, engine_share * budget_,
+                         [this](const tune::Candidate& c) { return measure_read(c); });
       if (!r.is_ok()) return cleanup_fail(r.status());
       read = std::move(*r);
     }
@@ -187,13 +206,16 @@ class Tuner {
       // that the stream never fills.
       tune::Space writer_space;
       for (size_t mib : {16, 32, 64, 128, 256}) {
-        if ((uint64_t{mib} << 20) * 4 <= size_ || mib == 16) writer_space.writer_buffers.push_back(mib << 20);
+        if ((uint64_t{mib} << 20) * 4 <= size_ || mib == 16)
+          writer_space.writer_buffers.push_back(mib << 20);
       }
       writer_space.single_submit.clear();
       writer_space.overlap_events.clear();
       tune::Candidate from = best;
-      from.writer_buffer = std::min(FastFileWriterOptions{}.io_buffer_bytes, writer_space.writer_buffers.back());
-      auto r = run_phase("writer staging", writer_space, from, remaining(), [this](const tune::Candidate& c) { return measure_writer(c); });
+      from.writer_buffer =
+          std::min(FastFileWriterOptions{}.io_buffer_bytes, writer_space.writer_buffers.back());
+      auto r = run_phase("writer staging", writer_space, from, remaining(),
+                         [this](const tune::Candidate& c) { return measure_writer(c); });
       if (!r.is_ok()) return cleanup_fail(r.status());
       staging = std::move(*r);
       best.writer_buffer = staging->outcome.ranked.front().candidate.writer_buffer;
@@ -219,7 +241,8 @@ class Tuner {
     for (const BackendProbe& p : probe_all_backends()) {
       if (p.available) s.backends.push_back(p.backend);
     }
-    for (size_t kib : {128, 256, 512, 1024, 2048, 4096, 8192, 16384}) s.block_sizes.push_back(kib << 10);
+    for (size_t kib : {128, 256, 512, 1024, 2048, 4096, 8192, 16384})
+      s.block_sizes.push_back(kib << 10);
     s.queue_depths = {4, 8, 16, 32, 64, 128};
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     for (unsigned p = 1; p <= std::min(8u, std::max(2u, cores)); p *= 2) s.parallelism.push_back(p);
@@ -240,8 +263,9 @@ class Tuner {
     return c;
   }
 
-  Result<Phase> run_phase(const std::string& name, const tune::Space& space, const tune::Candidate& start,
-                          double seconds, const tune::Measure& measure) {
+  Result<Phase> run_phase(const std::string& name, const tune::Space& space,
+                          const tune::Candidate& start, double seconds,
+                          const tune::Measure& measure) {
     tune::SearchOptions o;
     o.budget_seconds = seconds;
     double best = 0;
@@ -265,7 +289,8 @@ class Tuner {
   }
 
   Status prepare_read() {
-    FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(start_candidate().engine));
+    FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                        IoEngine::create(start_candidate().engine));
     return io_bench::prepare_read_file(*engine, path_, buffer_->data(), size_, false);
   }
 
@@ -284,13 +309,15 @@ class Tuner {
     wo.io_buffer_bytes = c.writer_buffer;
     const std::string target = path_ + ".writer";
     auto start = std::chrono::steady_clock::now();
-    FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> w, FastFileWriter::open(target, wo, engine));
+    FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> w,
+                        FastFileWriter::open(target, wo, engine));
     for (uint64_t at = 0; at < size_; at += kWriterPiece) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kWriterPiece, size_ - at));
       FP_RETURN_IF_ERROR(w->write(buffer_->data() + at, n));
     }
     FP_RETURN_IF_ERROR(w->close());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     (void)remove_file(target);
     return io_bench::gb_per_s(size_, seconds);
   }
@@ -341,17 +368,19 @@ class Tuner {
   }
 
   void print_phase(const std::string& name, const tune::Outcome& out) {
-    std::cout << name << ": " << out.measurements << " measurements of " << out.ranked.size() << " settings in "
-              << format_fixed(out.seconds, 1) << " s" << (out.out_of_budget ? " (budget spent)" : "") << "\n";
+    std::cout << name << ": " << out.measurements << " measurements of " << out.ranked.size()
+              << " settings in " << format_fixed(out.seconds, 1) << " s"
+              << (out.out_of_budget ? " (budget spent)" : "") << "\n";
     std::vector<std::vector<std::string>> rows = {
         {"RANK", "GB/S", "RUNS", "BACKEND", "BLOCK", "QD", "PAR", "SUBMIT", "EVENTS", "STAGING"}};
     for (size_t i = 0; i < std::min(kShownRows, out.ranked.size()); ++i) {
       const tune::Trial& t = out.ranked[i];
       const EngineOptions& e = t.candidate.engine;
-      rows.push_back({std::to_string(i + 1), format_fixed(t.median(), 2), std::to_string(t.rates.size()),
-                      std::string(backend_name(e.backend)), format_bytes(e.block_size),
-                      std::to_string(e.queue_depth), std::to_string(e.intra_op_parallelism),
-                      e.single_submit ? "single" : "batch", e.overlap_events ? "overlap" : "lockstep",
+      rows.push_back({std::to_string(i + 1), format_fixed(t.median(), 2),
+                      std::to_string(t.rates.size()), std::string(backend_name(e.backend)),
+                      format_bytes(e.block_size), std::to_string(e.queue_depth),
+                      std::to_string(e.intra_op_parallelism), e.single_submit ? "single" : "batch",
+                      e.overlap_events ? "overlap" : "lockstep",
                       t.candidate.writer_buffer ? format_bytes(t.candidate.writer_buffer) : "-"});
     }
     std::vector<size_t> widths(rows[0].size(), 0);
@@ -360,20 +389,22 @@ class Tuner {
     }
     for (const auto& r : rows) {
       std::string line = " ";
-      for (size_t i = 0; i < r.size(); ++i) line += " " + r[i] + std::string(widths[i] - r[i].size() + 1, ' ');
+      for (size_t i = 0; i < r.size(); ++i)
+        line += " " + r[i] + std::string(widths[i] - r[i].size() + 1, ' ');
       while (line.back() == ' ') line.pop_back();
       std::cout << line << "\n";
     }
     std::cout.flush();
   }
 
-  int report(const tune::Candidate& best, const std::optional<Phase>& write, const std::optional<Phase>& read,
-             const std::optional<Phase>& staging) {
+  int report(const tune::Candidate& best, const std::optional<Phase>& write,
+             const std::optional<Phase>& read, const std::optional<Phase>& staging) {
     nlohmann::ordered_json tuned;
     tuned["folder"] = folder_;
     tuned["size_bytes"] = size_;
     tuned["budget_seconds"] = budget_;
-    tuned["created_unix"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    tuned["created_unix"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     auto phase_json = [](const Phase& p) {
       nlohmann::ordered_json j;
       j["measurements"] = p.outcome.measurements;
@@ -394,11 +425,13 @@ class Tuner {
     if (write) tuned["write_gb_per_s"] = write_rate;
     if (read) tuned["read_gb_per_s"] = read_rate;
     if (staging) tuned["writer_gb_per_s"] = staging->outcome.ranked.front().median();
-    const std::optional<size_t> writer = best.writer_buffer ? std::optional<size_t>(best.writer_buffer) : std::nullopt;
+    const std::optional<size_t> writer =
+        best.writer_buffer ? std::optional<size_t>(best.writer_buffer) : std::nullopt;
     const std::string config = encode_config(best.engine, writer, tuned.dump());
     if (!a_.output.empty()) {
       Status st = checkpoint::replace_file_atomically(a_.output, config, /*durable=*/true);
-      if (!st.is_ok()) return fail(kCommand, "cannot write " + a_.output + ": " + st.to_string(), kExitFailure);
+      if (!st.is_ok())
+        return fail(kCommand, "cannot write " + a_.output + ": " + st.to_string(), kExitFailure);
     }
     nlohmann::ordered_json phases;
     for (const std::optional<Phase>* p : {&write, &read, &staging}) {
@@ -418,14 +451,17 @@ class Tuner {
     if (write) std::cout << "write " << format_fixed(write_rate, 2) << " GB/s";
     if (write && read) std::cout << ", ";
     if (read) std::cout << "read " << format_fixed(read_rate, 2) << " GB/s";
-    if (staging) std::cout << ", FastFileWriter " << format_fixed(staging->outcome.ranked.front().median(), 2) << " GB/s";
+    if (staging)
+      std::cout << ", FastFileWriter " << format_fixed(staging->outcome.ranked.front().median(), 2)
+                << " GB/s";
     std::cout << "\n";
     if (!a_.output.empty()) {
       std::cout << "wrote " << a_.output << ": use it with FASTPERSIST_CONFIG=" << a_.output
-                << ", `fastpersist --config " << a_.output << " ...` or fastpersist.load_config(\"" << a_.output
-                << "\")\n";
+                << ", `fastpersist --config " << a_.output << " ...` or fastpersist.load_config(\""
+                << a_.output << "\")\n";
     }
-    std::cout << "DeepSpeed config (the same settings for its aio_handle):\n" << deepspeed_aio(best.engine).dump(2) << "\n";
+    std::cout << "DeepSpeed config (the same settings for its aio_handle):\n"
+              << deepspeed_aio(best.engine).dump(2) << "\n";
     std::cout.flush();
     return plot(best, phases);
   }
@@ -443,12 +479,14 @@ class Tuner {
         "    from fastpersist.tune_plot import main\n"
         "except ImportError as e:\n"
         "    sys.stderr.write('fastpersist tune --plot: error: the Python at %s cannot import '\n"
-        "                     'fastpersist.tune_plot (%s); set FASTPERSIST_PYTHON to one that can\\n'\n"
+        "                     'fastpersist.tune_plot (%s); set FASTPERSIST_PYTHON to one that "
+        "can\\n'\n"
         "                     % (sys.executable, e))\n"
         "    sys.exit(1)\n"
         "sys.exit(main(sys.argv[1:]))\n";
     std::cout.flush();
-    return exec_python("tune --plot", kBootstrap, {data.dump(), a_.plot}, "fastpersist and matplotlib");
+    return exec_python("tune --plot", kBootstrap, {data.dump(), a_.plot},
+                       "fastpersist and matplotlib");
   }
 
   const Args& a_;
@@ -466,14 +504,19 @@ class Tuner {
 int run(const Args& a) {
   std::error_code ec;
   if (!std::filesystem::is_directory(a.folder, ec)) {
-    return fail(kCommand, "--folder '" + a.folder + "': " +
-                              (std::filesystem::exists(a.folder, ec) ? "not a directory" : "no such directory"),
-                kExitUsage);
+    return fail(
+        kCommand,
+        "--folder '" + a.folder + "': " +
+            (std::filesystem::exists(a.folder, ec) ? "not a directory" : "no such directory"),
+        kExitUsage);
   }
   Result<uint64_t> size = parse_size(a.size);
-  if (!size.is_ok()) return fail(kCommand, "invalid --size: " + size.status().message(), kExitUsage);
+  if (!size.is_ok())
+    return fail(kCommand, "invalid --size: " + size.status().message(), kExitUsage);
   if (*size < (uint64_t{1} << 20) || *size % 4096 != 0 || *size > (uint64_t{1} << 40)) {
-    return fail(kCommand, "invalid --size '" + a.size + "': a multiple of 4 KiB from 1 MiB to 1 TiB", kExitUsage);
+    return fail(kCommand,
+                "invalid --size '" + a.size + "': a multiple of 4 KiB from 1 MiB to 1 TiB",
+                kExitUsage);
   }
   Result<double> budget = parse_duration(a.budget);
   if (!budget.is_ok()) return fail(kCommand, budget.status().message(), kExitUsage);
@@ -483,11 +526,14 @@ int run(const Args& a) {
     if (path.empty()) continue;
     std::filesystem::path parent = std::filesystem::absolute(path, ec).parent_path();
     if (!std::filesystem::is_directory(parent, ec) || ::access(parent.c_str(), W_OK) != 0) {
-      return fail(kCommand, std::string(flag) + " '" + path + "': " + parent.string() +
-                                " is not a folder this process can write to", kExitUsage);
+      return fail(kCommand,
+                  std::string(flag) + " '" + path + "': " + parent.string() +
+                      " is not a folder this process can write to",
+                  kExitUsage);
     }
     if (std::filesystem::is_directory(path, ec)) {
-      return fail(kCommand, std::string(flag) + " '" + path + "' is a folder, not a file name", kExitUsage);
+      return fail(kCommand, std::string(flag) + " '" + path + "' is a folder, not a file name",
+                  kExitUsage);
     }
   }
   if (Result<EngineOptions> env = engine_options_from_env(); !env.is_ok()) {
@@ -502,9 +548,10 @@ int run(const Args& a) {
 
 Command add_tune_command(CLI::App& parent) {
   auto args = std::make_shared<Args>();
-  CLI::App* app = parent.add_subcommand(
-      "tune", "Find the fastest I/O settings for a folder's storage (within a time budget) and write them as a "
-              "configuration file");
+  CLI::App* app = parent.add_subcommand("tune",
+                                        "Find the fastest I/O settings for a folder's storage "
+                                        "(within a time budget) and write them as a "
+                                        "configuration file");
   app->add_option("--folder", args->folder, "A folder on the storage to tune for")->required();
   app->add_option("--size", args->size, "Bytes per measurement (default 1GiB)");
   app->add_option("--budget", args->budget, "Time to spend, e.g. 120s, 5m (default 120s)");
@@ -513,12 +560,14 @@ Command add_tune_command(CLI::App& parent) {
   auto* b = app->add_flag("--both", args->both, "Tune writes and reads (the default)");
   w->excludes(r)->excludes(b);
   r->excludes(b);
-  app->add_option("--output", args->output, "Write the best settings to this configuration file (JSON)");
+  app->add_option("--output", args->output,
+                  "Write the best settings to this configuration file (JSON)");
   app->add_option("--plot", args->plot,
                   "Draw GB/s against block size and queue depth, per backend, into this PNG "
                   "(runs Python; needs matplotlib there)");
   app->add_flag("--json", args->json, "Print one JSON object instead of text");
-  auto* p = app->add_flag("--progress", args->progress, "Draw a progress line on stderr (default: when a terminal)");
+  auto* p = app->add_flag("--progress", args->progress,
+                          "Draw a progress line on stderr (default: when a terminal)");
   app->add_flag("--no-progress", args->no_progress, "Never draw the progress line")->excludes(p);
   return {app, [args] { return run(*args); }};
 }

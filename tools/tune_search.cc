@@ -12,8 +12,8 @@ bool Candidate::operator==(const Candidate& o) const { return key() == o.key(); 
 
 std::string Candidate::key() const {
   return std::string(backend_name(engine.backend)) + "/" + std::to_string(engine.block_size) + "/" +
-         std::to_string(engine.queue_depth) + "/" + std::to_string(engine.intra_op_parallelism) + "/" +
-         (engine.single_submit ? "1" : "0") + (engine.overlap_events ? "1" : "0") +
+         std::to_string(engine.queue_depth) + "/" + std::to_string(engine.intra_op_parallelism) +
+         "/" + (engine.single_submit ? "1" : "0") + (engine.overlap_events ? "1" : "0") +
          (engine.direct_io ? "1" : "0") + "/" + std::to_string(writer_buffer);
 }
 
@@ -57,22 +57,29 @@ std::vector<Dimension> dimensions(const Space& s) {
   };
   // std::vector<bool> hands out no bool&: flags go through plain chars.
   auto flags = [](const std::vector<bool>& v) { return std::vector<char>(v.begin(), v.end()); };
-  add(dimension(s.backends, false, [](const Candidate& c) { return c.engine.backend; },
-                [](Candidate& c, Backend v) { c.engine.backend = v; }));
-  add(dimension(s.block_sizes, true, [](const Candidate& c) { return c.engine.block_size; },
-                [](Candidate& c, size_t v) { c.engine.block_size = v; }));
-  add(dimension(s.queue_depths, true, [](const Candidate& c) { return c.engine.queue_depth; },
-                [](Candidate& c, unsigned v) { c.engine.queue_depth = v; }));
-  add(dimension(s.parallelism, true, [](const Candidate& c) { return c.engine.intra_op_parallelism; },
-                [](Candidate& c, unsigned v) { c.engine.intra_op_parallelism = v; }));
-  add(dimension(flags(s.single_submit), false,
-                [](const Candidate& c) { return static_cast<char>(c.engine.single_submit); },
-                [](Candidate& c, char v) { c.engine.single_submit = v != 0; }));
-  add(dimension(flags(s.overlap_events), false,
-                [](const Candidate& c) { return static_cast<char>(c.engine.overlap_events); },
-                [](Candidate& c, char v) { c.engine.overlap_events = v != 0; }));
-  add(dimension(s.writer_buffers, true, [](const Candidate& c) { return c.writer_buffer; },
-                [](Candidate& c, size_t v) { c.writer_buffer = v; }));
+  add(dimension(
+      s.backends, false, [](const Candidate& c) { return c.engine.backend; },
+      [](Candidate& c, Backend v) { c.engine.backend = v; }));
+  add(dimension(
+      s.block_sizes, true, [](const Candidate& c) { return c.engine.block_size; },
+      [](Candidate& c, size_t v) { c.engine.block_size = v; }));
+  add(dimension(
+      s.queue_depths, true, [](const Candidate& c) { return c.engine.queue_depth; },
+      [](Candidate& c, unsigned v) { c.engine.queue_depth = v; }));
+  add(dimension(
+      s.parallelism, true, [](const Candidate& c) { return c.engine.intra_op_parallelism; },
+      [](Candidate& c, unsigned v) { c.engine.intra_op_parallelism = v; }));
+  add(dimension(
+      flags(s.single_submit), false,
+      [](const Candidate& c) { return static_cast<char>(c.engine.single_submit); },
+      [](Candidate& c, char v) { c.engine.single_submit = v != 0; }));
+  add(dimension(
+      flags(s.overlap_events), false,
+      [](const Candidate& c) { return static_cast<char>(c.engine.overlap_events); },
+      [](Candidate& c, char v) { c.engine.overlap_events = v != 0; }));
+  add(dimension(
+      s.writer_buffers, true, [](const Candidate& c) { return c.writer_buffer; },
+      [](Candidate& c, size_t v) { c.writer_buffer = v; }));
   return dims;
 }
 
@@ -133,7 +140,8 @@ class Searcher {
     }
     for (int step : {+1, -1}) {
       int bad = 0;
-      for (long i = static_cast<long>(*at) + step; i >= 0 && i < static_cast<long>(d.count); i += step) {
+      for (long i = static_cast<long>(*at) + step; i >= 0 && i < static_cast<long>(d.count);
+           i += step) {
         FP_ASSIGN_OR_RETURN(std::optional<double> r, try_value(static_cast<size_t>(i)));
         if (!r) return Status::ok();  // out of budget
         const double best_rate = trials_[best()].median();

@@ -174,7 +174,8 @@ int verify_root(const Args& a, const std::string& root, IoEngine& engine, bool p
 
   const std::vector<ForeignTag> foreign = deepspeed_tags(root);
   int rc = verify_tags(
-      a, root, tags, [&](const std::string& tag) { return verify_dir(root + "/" + tag, tag, engine, progress); },
+      a, root, tags,
+      [&](const std::string& tag) { return verify_dir(root + "/" + tag, tag, engine, progress); },
       [&](const std::string& tag) {
         struct stat st {};
         return ::lstat((root + "/" + tag).c_str(), &st) != 0 && errno == ENOENT;
@@ -223,7 +224,8 @@ int verify_object_tier(const Args& a, const std::string& url, IoEngine& engine) 
     fill_outcome(o, report);
     return o;
   };
-  return verify_tags(a, url, tags, check, [&](const std::string& tag) { return not_found.count(tag) != 0; });
+  return verify_tags(a, url, tags, check,
+                     [&](const std::string& tag) { return not_found.count(tag) != 0; });
 }
 
 // Verifies `tags` of `root` in order with `check` and prints the outcome of each, then the
@@ -343,8 +345,9 @@ Command add_verify_command(CLI::App& parent) {
             if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
             if (p.kind == PathKind::kOtherFile || p.kind == PathKind::kTorchFile) {
               return fail(kCommand,
-                          wrong_kind(p, "a checkpoint directory, a checkpoint root or a "
-                                        "safetensors file"),
+                          wrong_kind(p,
+                                     "a checkpoint directory, a checkpoint root or a "
+                                     "safetensors file"),
                           kExitUsage);
             }
             if (p.kind == PathKind::kSafetensors) return verify_safetensors(*args, p.path);
@@ -355,7 +358,8 @@ Command add_verify_command(CLI::App& parent) {
             }
             const bool progress = !args->no_progress && (args->progress || stderr_is_tty());
             if (p.kind == PathKind::kRoot) {
-              if (auto foreign = detect_deepspeed_tag(p.path)) return verify_foreign_tag(*args, p.path, *foreign);
+              if (auto foreign = detect_deepspeed_tag(p.path))
+                return verify_foreign_tag(*args, p.path, *foreign);
             }
             // An incomplete directory is verified as a checkpoint: its report names what is
             // missing (exit 1), where a root would quietly hold no checkpoints.

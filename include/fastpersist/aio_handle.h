@@ -77,8 +77,8 @@ class AioHandle {
   // The same calls for memory of either kind (see the top of this file for device memory).
   Result<int> pwrite(const MemorySpan& buffer, const std::string& path, bool validate,
                      bool async_op, uint64_t file_offset = 0, bool truncate = false);
-  Result<int> pread(const MemorySpan& buffer, const std::string& path, bool validate,
-                    bool async_op, uint64_t file_offset = 0);
+  Result<int> pread(const MemorySpan& buffer, const std::string& path, bool validate, bool async_op,
+                    uint64_t file_offset = 0);
   Result<int> async_pwrite_fd(const MemorySpan& buffer, int fd, uint64_t file_offset = 0);
   Result<int> async_pread_fd(const MemorySpan& buffer, int fd, uint64_t file_offset = 0);
 

@@ -60,9 +60,9 @@ namespace fastpersist {
 struct CheckpointContent {
   std::vector<TensorSource> tensors;
   std::map<std::string, std::string> aliases;  // name -> stored tensor name (shared memory)
-  std::string objects;                          // the sidecar's bytes (pickled non-tensor state)
+  std::string objects;                         // the sidecar's bytes (pickled non-tensor state)
   std::optional<int64_t> step;
-  std::string metadata_json = "{}";            // user metadata, a JSON object
+  std::string metadata_json = "{}";             // user metadata, a JSON object
   std::map<std::string, std::string> versions;  // added to {"fastpersist": <version>}
 };
 
@@ -71,9 +71,9 @@ struct CheckpointContent {
 // Without checksums the manifest says checksum_algorithm "none": loads and verify then check
 // sizes and headers only.
 struct CheckpointOptions : DataFileOptions {
-  unsigned max_in_flight = 1;           // saves queued or running; one more waits
-  std::optional<unsigned> keep_last;    // retention: the newest N committed checkpoints ...
-  std::optional<int64_t> keep_every;    // ... plus those whose step is a multiple of K
+  unsigned max_in_flight = 1;         // saves queued or running; one more waits
+  std::optional<unsigned> keep_last;  // retention: the newest N committed checkpoints ...
+  std::optional<int64_t> keep_every;  // ... plus those whose step is a multiple of K
   // Retention counts "newest" by creation time (each manifest's created_unix, which a copy
   // keeps from its original) instead of by commit order in this root. A tier's manager sets it:
   // copies can arrive out of order there (a base sent again for a newer checkpoint that
@@ -86,7 +86,7 @@ struct CheckpointOptions : DataFileOptions {
   // others. The base is the last full checkpoint; a save is full when the base is missing, when
   // full_every saves have passed since it (it counts), or when more than half the bytes changed.
   bool incremental = false;
-  unsigned full_every = 10;             // 1: every save is full
+  unsigned full_every = 10;  // 1: every save is full
   // Incremental saves only: a changed float tensor whose previous version is in the base is
   // stored as the byte-grouped, zstd-compressed XOR with it ("xor-zstd") when its first chunk
   // comes out smaller that way (docs/incremental.md, "XOR deltas"); loads read the base's bytes
@@ -155,9 +155,9 @@ struct CheckpointInfo {
 
 // One committed checkpoint and every place it lives (CheckpointManager::locations(), tier.h).
 struct CheckpointPlace {
-  CheckpointInfo info;               // as the first place lists it
-  std::vector<std::string> roots;    // the local root first when it is there, then tiers in order
-  bool local = false;                // roots.front() is the local root
+  CheckpointInfo info;             // as the first place lists it
+  std::vector<std::string> roots;  // the local root first when it is there, then tiers in order
+  bool local = false;              // roots.front() is the local root
 };
 
 class CheckpointManager {
@@ -200,7 +200,8 @@ class CheckpointManager {
   // Every committed checkpoint of the local root and of each tier, oldest first by creation
   // time; copies of one checkpoint (same tag and creation time) are one entry. A tier that
   // cannot be listed is skipped and named in `unreachable` ("path: why").
-  Result<std::vector<CheckpointPlace>> locations(std::vector<std::string>* unreachable = nullptr) const;
+  Result<std::vector<CheckpointPlace>> locations(
+      std::vector<std::string>* unreachable = nullptr) const;
   // Copies checkpoint `tag` of the tier at `tier_path` (one of options().tiers) into the local
   // root, every byte checked on the way, its base first when it is incremental and the base is
   // not local. Returns the bytes copied (0: it was local already). kDataLoss when the tier's

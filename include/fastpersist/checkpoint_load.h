@@ -28,10 +28,10 @@ namespace fastpersist {
 // fills itself (memory the load cannot write, e.g. a GPU's): the strict checks still apply and
 // the tensor is returned in new host memory in `dtype`.
 struct LoadDestination {
-  std::string name;                 // the tensor's name in the checkpoint (or an alias)
-  std::byte* data = nullptr;        // the first element
-  uint64_t capacity_bytes = 0;      // bytes writable from `data` on (the view's extent)
-  std::string dtype;                // safetensors name of the destination's elements
+  std::string name;             // the tensor's name in the checkpoint (or an alias)
+  std::byte* data = nullptr;    // the first element
+  uint64_t capacity_bytes = 0;  // bytes writable from `data` on (the view's extent)
+  std::string dtype;            // safetensors name of the destination's elements
   std::vector<uint64_t> shape;
   // In elements, one per dimension; empty: contiguous. No negative or overlapping strides.
   std::vector<int64_t> strides;
@@ -62,16 +62,16 @@ struct LoadRequest {
   // checkpoint does not have, are an error listing all of them. Non-strict: they are skipped;
   // a destination of the wrong shape is not written and its tensor is loaded into new memory.
   bool strict = true;
-  bool verify = true;          // check every tensor's checksum (kDataLoss names file and tensor)
-  uint64_t max_memory = 0;     // bytes of file data in flight (0: unbounded)
+  bool verify = true;       // check every tensor's checksum (kDataLoss names file and tensor)
+  uint64_t max_memory = 0;  // bytes of file data in flight (0: unbounded)
   // (tensor bytes loaded, tensor bytes to load), before the first read and after each batch.
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
 // One stored tensor the load produced.
 struct LoadedTensor {
-  size_t tensor = 0;        // index into the manifest's tensors
-  std::string dtype;        // of the loaded elements
+  size_t tensor = 0;  // index into the manifest's tensors
+  std::string dtype;  // of the loaded elements
   std::vector<uint64_t> shape;
   // In new memory: `buffer` holds the elements at `offset` (a multiple of the element size,
   // so a tensor viewing them is aligned and starts its storage at its first byte).
@@ -91,8 +91,8 @@ enum class DestinationState : uint8_t {
 };
 
 struct LoadResult {
-  std::vector<LoadedTensor> tensors;        // one per stored tensor loaded, in manifest order
-  std::vector<long> loaded_index;           // per manifest tensor: index into `tensors` or -1
+  std::vector<LoadedTensor> tensors;           // one per stored tensor loaded, in manifest order
+  std::vector<long> loaded_index;              // per manifest tensor: index into `tensors` or -1
   std::vector<DestinationState> destinations;  // per LoadRequest::destinations entry
   // What the strict checks found (empty under strict, which fails instead).
   std::vector<std::string> missing;

@@ -32,8 +32,8 @@
 namespace fastpersist {
 
 namespace checkpoint {
-struct LoadPlan;        // load_plan.h (private to the library)
-class DeltaBaseBytes;   // delta_base.h (private to the library)
+struct LoadPlan;       // load_plan.h (private to the library)
+class DeltaBaseBytes;  // delta_base.h (private to the library)
 }  // namespace checkpoint
 
 // Committed checkpoints under `root`, oldest to newest (manifest sequence, then tag). Directories
@@ -73,7 +73,7 @@ struct LoadedSpan {
 // Where one tensor's bytes go: `destination` (the caller's memory, `capacity` writable bytes,
 // at least the tensor's length) or, when null, a span the reader allocates.
 struct TensorReadRequest {
-  size_t tensor = 0;                  // index into manifest().tensors
+  size_t tensor = 0;  // index into manifest().tensors
   std::byte* destination = nullptr;
   uint64_t capacity = 0;
   int device = -1;  // >= 0: `destination` is memory of this CUDA device (see LoadDestination)
@@ -102,20 +102,21 @@ class CheckpointReader {
   Result<LoadResult> load(const LoadRequest& request);
 
   // Reads the requested tensors; kInvalidArgument, before any read, for a destination whose
-  // capacity is smaller than its tensor. Requests without a destination are grouped per file into as
-  // few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
+  // capacity is smaller than its tensor. Requests without a destination are grouped per file into
+  // as few spans as possible (a gap of unrequested bytes up to `max_gap_bytes` is read through
   // rather than split); `spans[i]` and `offsets[i]` then locate request i's bytes
   // (spans[i] == nullptr for requests with a destination); a span is new memory, faulted in
   // up front on every core and filled through the ring of slots below. A destination that
   // lines up with its tensor's file offset (address = offset mod 4096) is read into straight;
   // any other goes through a ring of aligned slots, taken from the process's pinned pool and
-  // copied from there (at most `max_in_flight_bytes` of slots when bounded, else 256 MiB). Every read is in flight at
-  // once, bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a destination;
-  // with `verify` each tensor's checksum is checked as its read completes (kDataLoss names it).
-  // Raw tensors only: a compressed one is kInvalidArgument (load() and read_pieces decode).
+  // copied from there (at most `max_in_flight_bytes` of slots when bounded, else 256 MiB). Every
+  // read is in flight at once, bounded by `max_in_flight_bytes` (0 = unbounded) for requests with a
+  // destination; with `verify` each tensor's checksum is checked as its read completes (kDataLoss
+  // names it). Raw tensors only: a compressed one is kInvalidArgument (load() and read_pieces
+  // decode).
   struct ReadResult {
     std::vector<std::shared_ptr<LoadedSpan>> spans;  // per request
-    std::vector<const std::byte*> data;               // per request: where its bytes are
+    std::vector<const std::byte*> data;              // per request: where its bytes are
   };
   Result<ReadResult> read(const std::vector<TensorReadRequest>& requests, bool verify,
                           uint64_t max_in_flight_bytes = 0, uint64_t max_gap_bytes = 1 << 20);
@@ -146,13 +147,14 @@ class CheckpointReader {
   const std::string& path_of(const ManifestTensor& t) const { return files_.at(t.file).second; }
   Status check_encoding(const ManifestTensor& t) const;
   // The base bytes of an XOR delta (t.delta_base set); null for any other tensor.
-  Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base_of(const ManifestTensor& t) const;
+  Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base_of(
+      const ManifestTensor& t) const;
   // The stored bytes of `tensors` (compressed ones included) into `buffer` (grown when too
   // small, else reused: no fresh memory to fault in), one aligned read per tensor; `data[i]`
   // receives where tensor i's stored bytes start. Data headers checked when `verify_headers`,
   // tensor checksums never (load() checks them on the decoded bytes).
-  Status read_stored_into(const std::vector<size_t>& tensors, bool verify_headers, PinnedBuffer& buffer,
-                          std::vector<const std::byte*>* data);
+  Status read_stored_into(const std::vector<size_t>& tensors, bool verify_headers,
+                          PinnedBuffer& buffer, std::vector<const std::byte*>* data);
   // load()'s step for compressed tensors (load_decode.cc): decodes every tensor the plan routes
   // there; `report(bytes)` after each batch.
   struct DecodeStep;

@@ -59,7 +59,6 @@ class Xxh3Stream {
   std::unique_ptr<State> state_;
 };
 
-
 // "0123456789abcdef" (16 digits, zero-padded) and back; nullopt for anything else.
 std::string checksum_to_hex(uint64_t value);
 std::optional<uint64_t> checksum_from_hex(std::string_view text);

@@ -67,9 +67,9 @@ class DeferredFileWriter {
  public:
   // `name` must be a plain file name (kInvalidArgument otherwise) that does not exist in
   // `directory` yet (kAlreadyExists); null `engine`: a private one with default options.
-  static Result<std::unique_ptr<DeferredFileWriter>> create(const std::string& directory, const std::string& name,
-                                                            const DeferredFileWriterOptions& options = {},
-                                                            std::shared_ptr<IoEngine> engine = nullptr);
+  static Result<std::unique_ptr<DeferredFileWriter>> create(
+      const std::string& directory, const std::string& name,
+      const DeferredFileWriterOptions& options = {}, std::shared_ptr<IoEngine> engine = nullptr);
   ~DeferredFileWriter();
   DeferredFileWriter(const DeferredFileWriter&) = delete;
   DeferredFileWriter& operator=(const DeferredFileWriter&) = delete;

@@ -49,11 +49,11 @@ struct FastFileWriterOptions {
   bool single_io_buffer = false;              // one half: fill, write, wait (no overlap)
   bool zero_copy = true;                      // write aligned source memory without copying
   size_t zero_copy_min_bytes = size_t{1} << 20;
-  bool durable = true;                        // fdatasync the file and fsync the directory
+  bool durable = true;  // fdatasync the file and fsync the directory
   // Parallel writers; the default is one writer owning the whole stream.
   unsigned num_writers = 1;
   unsigned writer_rank = 0;
-  size_t stripe_bytes = size_t{32} << 20;     // multiple of 4096
+  size_t stripe_bytes = size_t{32} << 20;  // multiple of 4096
   // How long a parallel writer's close() that does not complete the set waits for the others to
   // commit the file; 0: return as soon as its own stripes are durable and recorded. Finite, >= 0;
   // a century or more waits without a deadline.
@@ -67,18 +67,19 @@ struct FastFileWriterOptions {
 };
 
 struct FastFileWriterStats {
-  uint64_t bytes = 0;            // bytes of the stream seen by write()
-  uint64_t persisted_bytes = 0;  // bytes this writer wrote to the file (all of them unless parallel)
+  uint64_t bytes = 0;  // bytes of the stream seen by write()
+  uint64_t persisted_bytes =
+      0;  // bytes this writer wrote to the file (all of them unless parallel)
   uint64_t write_calls = 0;
-  double write_seconds = 0;      // time inside write() and close()
-  uint64_t fill_bytes = 0;       // copied into the staging buffer
+  double write_seconds = 0;  // time inside write() and close()
+  uint64_t fill_bytes = 0;   // copied into the staging buffer
   double fill_seconds = 0;
-  uint64_t zero_copy_bytes = 0;  // written straight from the caller's memory
-  uint64_t slow_path_bytes = 0;  // the final unaligned tail, written through the page cache
-  double io_wait_seconds = 0;    // blocked waiting for the device
-  uint64_t drains = 0;           // staging halves submitted
-  size_t pinned_bytes = 0;       // staging memory held
-  std::string to_string() const; // one line, DeepSpeed-like keys, GB/s in 1e9 bytes
+  uint64_t zero_copy_bytes = 0;   // written straight from the caller's memory
+  uint64_t slow_path_bytes = 0;   // the final unaligned tail, written through the page cache
+  double io_wait_seconds = 0;     // blocked waiting for the device
+  uint64_t drains = 0;            // staging halves submitted
+  size_t pinned_bytes = 0;        // staging memory held
+  std::string to_string() const;  // one line, DeepSpeed-like keys, GB/s in 1e9 bytes
 };
 
 class FastFileWriter {

@@ -20,8 +20,8 @@ namespace fastpersist {
 struct ForeignTag {
   std::string tag;                 // the folder's name
   std::string kind = "deepspeed";  // which tool wrote it
-  uint64_t files = 0;              // its checkpoint files (DeepSpeed: *_model_states.pt, *_optim_states.pt)
-  uint64_t bytes = 0;              // their total size
+  uint64_t files = 0;  // its checkpoint files (DeepSpeed: *_model_states.pt, *_optim_states.pt)
+  uint64_t bytes = 0;  // their total size
   std::vector<std::pair<std::string, uint64_t>> listing;  // those files and sizes, by name
 };
 

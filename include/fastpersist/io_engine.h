@@ -56,21 +56,21 @@ struct IoRequest {
 
 // How the engine opened a file; returned by probe_file and kept in the statistics.
 struct FileIoMode {
-  bool direct = false;          // O_DIRECT used for the aligned body
-  std::string fallback_reason;  // why not, when direct was wanted
+  bool direct = false;               // O_DIRECT used for the aligned body
+  std::string fallback_reason;       // why not, when direct was wanted
   uint32_t offset_alignment = 4096;  // file offsets and lengths of O_DIRECT requests
   uint32_t memory_alignment = 4096;  // buffer addresses of O_DIRECT requests
 };
 
 struct IoStats {
-  uint64_t requests = 0;         // IoRequests completed
+  uint64_t requests = 0;  // IoRequests completed
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
-  uint64_t direct_bytes = 0;     // moved with O_DIRECT
-  uint64_t buffered_bytes = 0;   // moved through the page cache (small, unaligned or fallback)
-  uint64_t bounce_bytes = 0;     // copied through aligned bounce memory (misaligned buffers)
-  uint64_t short_transfers = 0;  // completions shorter than asked, resumed
-  uint64_t direct_fallbacks = 0; // files whose filesystem refused O_DIRECT
+  uint64_t direct_bytes = 0;      // moved with O_DIRECT
+  uint64_t buffered_bytes = 0;    // moved through the page cache (small, unaligned or fallback)
+  uint64_t bounce_bytes = 0;      // copied through aligned bounce memory (misaligned buffers)
+  uint64_t short_transfers = 0;   // completions shorter than asked, resumed
+  uint64_t direct_fallbacks = 0;  // files whose filesystem refused O_DIRECT
   std::string last_fallback_reason;
 };
 

@@ -13,8 +13,9 @@
 //   <root>/<tag>/objects.pkl                   the pickled non-tensor state
 //   <root>/<tag>/tensors-00000-of-00002.safetensors          data files of a single process
 //   <root>/<tag>/tensors-r00003-00000-of-00002.safetensors   data files of rank 3
-//   <root>/<tag>/dcp-objects-r00003.bin        rank 3's non-tensor items (torch.distributed.checkpoint)
-//   <root>/<tag>/dcp-metadata.pt               the planner's metadata of a distributed checkpoint
+//   <root>/<tag>/dcp-objects-r00003.bin        rank 3's non-tensor items
+//   (torch.distributed.checkpoint) <root>/<tag>/dcp-metadata.pt               the planner's
+//   metadata of a distributed checkpoint
 //
 // Names are never renamed: checkpoints written by every earlier version keep these names.
 //

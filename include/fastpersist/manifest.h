@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "fastpersist/checksum.h"  // ContentDigest
-#include "fastpersist/layout.h"  // kManifestFileName, the other on-disk names
+#include "fastpersist/layout.h"    // kManifestFileName, the other on-disk names
 #include "fastpersist/status.h"
 
 namespace fastpersist {
@@ -40,22 +40,22 @@ inline constexpr std::string_view kEncodingRaw = "raw";
 // format.md, "XOR deltas"). The base's bytes are raw, "zstd" or "lz4" (never a delta: chains
 // stay one step long) and hold exactly `length` raw bytes, whose checksum is `checksum`.
 struct DeltaBase {
-  std::string file;             // a `files` entry's name (a reference "<tag>/<name>" when saved)
-  uint64_t offset = 0;          // absolute byte offset in that file
+  std::string file;     // a `files` entry's name (a reference "<tag>/<name>" when saved)
+  uint64_t offset = 0;  // absolute byte offset in that file
   uint64_t stored_length = 0;
   std::string encoding = std::string(kEncodingRaw);
-  uint64_t checksum = 0;        // of the base's raw bytes
+  uint64_t checksum = 0;  // of the base's raw bytes
   bool operator==(const DeltaBase&) const = default;
 };
 
 struct ManifestTensor {
   std::string name;
-  std::string dtype;            // safetensors dtype name
+  std::string dtype;  // safetensors dtype name
   std::vector<uint64_t> shape;
-  std::string file;             // a `files` entry's name (see ManifestFile::name)
-  uint64_t offset = 0;          // absolute byte offset in that file
-  uint64_t length = 0;          // raw bytes: product(shape) * element size
-  uint64_t checksum = 0;        // of the raw bytes (manifest checksum_algorithm)
+  std::string file;       // a `files` entry's name (see ManifestFile::name)
+  uint64_t offset = 0;    // absolute byte offset in that file
+  uint64_t length = 0;    // raw bytes: product(shape) * element size
+  uint64_t checksum = 0;  // of the raw bytes (manifest checksum_algorithm)
   // v2: how the bytes at `offset` encode the raw bytes, and how many there are. For raw (and
   // for every v1 tensor) stored_length == length.
   std::string encoding = std::string(kEncodingRaw);
@@ -77,7 +77,7 @@ struct ManifestFile {
   // checkpoint's, then a plain name); incremental checkpoints point at their base's files
   // instead of writing them again. manifest_file_path() resolves both.
   std::string name;
-  std::string role;             // "tensors" (safetensors) or "objects" (pickled sidecar)
+  std::string role;  // "tensors" (safetensors) or "objects" (pickled sidecar)
   uint64_t size = 0;
   // tensors files: checksum of bytes [0, data_start) (length prefix + JSON header);
   // objects file: checksum of the whole file.
@@ -96,15 +96,15 @@ struct Manifest {
   int format_version = kManifestFormatVersion;
   std::string tag;
   std::optional<int64_t> step;
-  uint64_t sequence = 0;           // commit order inside one root, 1, 2, 3, ...
-  double created_unix = 0;         // wall time of the commit, seconds since the epoch
+  uint64_t sequence = 0;    // commit order inside one root, 1, 2, 3, ...
+  double created_unix = 0;  // wall time of the commit, seconds since the epoch
   std::string checksum_algorithm = "xxh3-64";
   std::map<std::string, std::string> versions;  // fastpersist, torch, python, ...
-  std::string fingerprint;         // xxh3 of the sorted "name:dtype:shape" lines, hex
+  std::string fingerprint;                      // xxh3 of the sorted "name:dtype:shape" lines, hex
   // The user's metadata: a JSON object (the caller checks that before encoding; anything else is
   // written as {}). Decoding gives back its compact dump, with the keys in their stored order.
   std::string metadata_json = "{}";
-  std::map<std::string, std::string> aliases;   // name -> stored tensor it shares memory with
+  std::map<std::string, std::string> aliases;  // name -> stored tensor it shares memory with
   // v2: how many ranks wrote the checkpoint (1: a single process; every v1 checkpoint).
   uint32_t world_size = 1;
   // v2, optional: how long the save blocked its caller, from save_async to the end of the

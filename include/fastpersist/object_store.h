@@ -74,7 +74,8 @@ bool is_object_store_url(std::string_view path);
 // installs one for "s3://" URLs, built on boto3). kUnavailable when no opener is installed (a
 // plain C++ program, or the `fastpersist` tool, which then hands the command to Python), or
 // the opener's error.
-using ObjectStoreOpener = std::function<Result<std::shared_ptr<ObjectStore>>(const std::string& url)>;
+using ObjectStoreOpener =
+    std::function<Result<std::shared_ptr<ObjectStore>>(const std::string& url)>;
 void set_object_store_opener(ObjectStoreOpener opener);
 Result<std::shared_ptr<ObjectStore>> open_object_store(const std::string& url);
 bool object_store_opener_installed();

@@ -22,10 +22,10 @@ namespace fastpersist {
 
 // Which kernel interface moves the bytes. Values are stable (they appear in reports and JSON).
 enum class Backend : int {
-  kAuto = 0,      // probe at run time: io_uring > libaio > threads
-  kIoUring = 1,   // liburing
-  kLibaio = 2,    // Linux native AIO (libaio)
-  kThreads = 3,   // POSIX pread/pwrite on a pool of threads
+  kAuto = 0,     // probe at run time: io_uring > libaio > threads
+  kIoUring = 1,  // liburing
+  kLibaio = 2,   // Linux native AIO (libaio)
+  kThreads = 3,  // POSIX pread/pwrite on a pool of threads
 };
 
 std::string_view backend_name(Backend b);  // "auto", "io_uring", "libaio", "threads"

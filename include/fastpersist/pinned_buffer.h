@@ -29,7 +29,8 @@ class PinnedBuffer {
   // registration acts on the calling thread's current device and creates its CUDA context if
   // there is none, so threads that have not selected a device (background workers) pass false
   // and call register_with_cuda() once they have.
-  static Result<PinnedBuffer> allocate(size_t bytes, bool lock_memory = true, bool cuda_register = true);
+  static Result<PinnedBuffer> allocate(size_t bytes, bool lock_memory = true,
+                                       bool cuda_register = true);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
@@ -81,7 +82,7 @@ PinnedBufferPool& default_pinned_pool();
 struct MemlockInfo {
   uint64_t soft_limit = 0;  // bytes; UINT64_MAX means unlimited
   uint64_t hard_limit = 0;
-  bool warned = false;      // a fallback to unlocked memory already happened
+  bool warned = false;  // a fallback to unlocked memory already happened
 };
 MemlockInfo memlock_info();
 

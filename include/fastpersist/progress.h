@@ -49,8 +49,8 @@ class ProgressBar {
   void finish(bool clear = false);
 
   // The bar's text without the leading '\r', for `done` of `total` bytes after `seconds`.
-  static std::string render(std::string_view label, uint64_t done, uint64_t total,
-                            double seconds, int bar_width = 24);
+  static std::string render(std::string_view label, uint64_t done, uint64_t total, double seconds,
+                            int bar_width = 24);
 
  private:
   void draw_locked(bool force);

@@ -42,9 +42,9 @@ std::optional<size_t> safetensors_dtype_size(std::string_view dtype);
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;             // safetensors name: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL ...
-  std::vector<uint64_t> shape;   // empty for a scalar
-  uint64_t begin = 0;            // data_offsets, relative to the data section
+  std::string dtype;            // safetensors name: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL ...
+  std::vector<uint64_t> shape;  // empty for a scalar
+  uint64_t begin = 0;           // data_offsets, relative to the data section
   uint64_t end = 0;
   uint64_t nbytes() const { return end - begin; }
 };

@@ -27,8 +27,8 @@ struct SavePolicy {
 // training time (what a save blocks) and a mean time between failures of `mtbf_seconds`,
 // restarts costing `restart_seconds` each. The interval is the compute time between two saves.
 struct IntervalAdvice {
-  double young_seconds = 0;      // sqrt(2 C M)
-  double interval_seconds = 0;   // Daly's higher-order estimate (M when C >= 2M), the advice
+  double young_seconds = 0;     // sqrt(2 C M)
+  double interval_seconds = 0;  // Daly's higher-order estimate (M when C >= 2M), the advice
   std::optional<int64_t> interval_steps;  // with a step time: the advice in whole steps (>= 1)
   // Fractions of wall time at the advised interval (in steps when given): checkpoint overhead
   // C / (tau + C), the expected loss to failures ((tau + C) / 2 + R) / M, and their sum.

@@ -48,15 +48,15 @@ inline constexpr unsigned kMaxThreadsSetting = 1024;
 // How tensors are written into data files: the settings ShardWriter and CheckpointManager share
 // (CheckpointOptions derives from this struct, so each default is written once, here).
 struct DataFileOptions {
-  EngineOptions engine;                 // the I/O engine (when the writer creates its own)
+  EngineOptions engine;  // the I/O engine (when the writer creates its own)
   // Pinned staging memory, all writes together; 0 = as much as one write needs (the snapshot
   // then finishes at memory speed, before the writes). A smaller budget streams: the snapshot of
   // a piece waits until an earlier piece is written. A budget below one window lowers the
   // window to it (4096 at least): the budget is never exceeded.
   size_t staging_budget_bytes = 0;
   size_t staging_window_bytes = size_t{64} << 20;  // unit of staging and of one write
-  bool lock_staging_memory = true;      // mlock (pinned) staging; false: plain aligned memory
-  unsigned max_parallel_files = 4;      // data files written at the same time
+  bool lock_staging_memory = true;  // mlock (pinned) staging; false: plain aligned memory
+  unsigned max_parallel_files = 4;  // data files written at the same time
   uint64_t target_file_bytes = uint64_t{1} << 30;  // data files hold about this much, at most
   uint64_t min_file_bytes = uint64_t{64} << 20;    // ... and are not split below this
   // fdatasync the files (the manager also fsyncs its directories); off only for tests.

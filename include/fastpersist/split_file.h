@@ -56,7 +56,8 @@ struct SplitSkeleton {
   std::string_view rest;
 };
 
-std::string encode_split_skeleton(uint64_t size, const std::vector<SplitPiece>& pieces, std::string_view rest);
+std::string encode_split_skeleton(uint64_t size, const std::vector<SplitPiece>& pieces,
+                                  std::string_view rest);
 // kDataLoss naming `path` for anything but a well-formed skeleton: a short header, a count the
 // bytes cannot hold, pieces out of order, overlapping or past the end, lengths that do not add
 // up to `size` with the other bytes.
@@ -86,8 +87,10 @@ struct SplitBase {
 // this returns. On failure the files written so far stay in `directory`: the caller's commit
 // aborts (removing the directory). kInvalidArgument: a writer already finished, two with one
 // name, a base whose manifest does not decode.
-Result<SplitWriteResult> write_split_files(const std::string& directory, const std::vector<DeferredFileWriter*>& files,
-                                           ShardWriter& writer, const std::optional<SplitBase>& base);
+Result<SplitWriteResult> write_split_files(const std::string& directory,
+                                           const std::vector<DeferredFileWriter*>& files,
+                                           ShardWriter& writer,
+                                           const std::optional<SplitBase>& base);
 
 // Reads a split file of a committed checkpoint back into the bytes the serializer produced.
 class SplitFileReader {
@@ -112,12 +115,14 @@ class SplitFileReader {
   // of 4096): the other bytes as they are, each piece streamed from its tensor (decoded, and
   // checked with `verify` once it has been streamed): a few chunks of memory, whatever the
   // file's size. A non-OK status from the sink stops it and is returned.
-  Status stream(uint64_t chunk_bytes, bool verify, const std::function<Status(const std::byte*, size_t)>& sink) const;
+  Status stream(uint64_t chunk_bytes, bool verify,
+                const std::function<Status(const std::byte*, size_t)>& sink) const;
   const std::string& name() const { return name_; }
 
  private:
   SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes, uint64_t size,
-                  std::vector<SplitPiece> pieces, std::vector<size_t> piece_tensors, size_t rest_offset);
+                  std::vector<SplitPiece> pieces, std::vector<size_t> piece_tensors,
+                  size_t rest_offset);
   CheckpointReader* reader_;
   std::string name_;
   std::string bytes_;  // the skeleton file
@@ -125,7 +130,7 @@ class SplitFileReader {
   std::vector<SplitPiece> pieces_;
   std::vector<uint64_t> pieces_before_;  // per piece: the pieces' bytes before it
   std::vector<size_t> piece_tensors_;    // per piece: its tensor's index in the manifest
-  size_t rest_offset_;  // where the other bytes start in bytes_
+  size_t rest_offset_;                   // where the other bytes start in bytes_
 };
 
 // Writes `split` as the plain file <directory>/<split.name()> (new, through a FastFileWriter,
@@ -133,8 +138,8 @@ class SplitFileReader {
 // returns its record: role "objects", its size, the XXH3-64 of the whole file (0 without
 // `checksums`), `rank`. What `fastpersist convert` writes a split DeepSpeed tag back with. On
 // failure no file is left.
-Result<ManifestFile> write_plain_file(const SplitFileReader& split, const std::string& directory, bool durable,
-                                      bool checksums, std::optional<uint32_t> rank);
+Result<ManifestFile> write_plain_file(const SplitFileReader& split, const std::string& directory,
+                                      bool durable, bool checksums, std::optional<uint32_t> rank);
 
 // Whether bytes that a file starts with are a skeleton's (its format tag): a plain torch.save
 // file starts otherwise ("PK", a zip archive).

@@ -41,14 +41,16 @@ struct StaleFileOptions {
 struct StaleFileReport {
   std::vector<std::string> removed;  // temporaries of dead writers (would be removed: dry run)
   std::vector<std::string> in_use;   // temporaries a living writer still holds
-  std::vector<std::string> too_recent;  // parallel sets without writers, younger than the minimum age
+  std::vector<std::string>
+      too_recent;  // parallel sets without writers, younger than the minimum age
   std::vector<std::pair<std::string, std::string>> failed;  // path, why it could not be removed
   uint64_t removed_bytes = 0;
 };
 
 // Removes the temporaries of dead writers in `dir` (and below it when `recursive`). Fails only
 // when `dir` cannot be read; a file that cannot be removed is listed in `failed`.
-Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options = {});
+Result<StaleFileReport> remove_stale_temp_files(const std::string& dir,
+                                                const StaleFileOptions& options = {});
 
 // Whether `name` (a file name, no directory) is a FastFileWriter temporary, and of which target.
 bool is_writer_temp_name(const std::string& name, std::string* target_name = nullptr);

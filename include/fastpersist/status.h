@@ -55,7 +55,8 @@ class [[nodiscard]] Status {
   Status& with_range(uint64_t offset, uint64_t length) &;
   Status&& with_range(uint64_t offset, uint64_t length) &&;
 
-  // "io error: short write ... [errno 28: No space left on device] (path /x, offset 0, length 4096)"
+  // "io error: short write ... [errno 28: No space left on device] (path /x, offset 0, length
+  // 4096)"
   std::string to_string() const;
 
  private:
@@ -71,7 +72,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
@@ -96,16 +97,17 @@ class [[nodiscard]] Result {
 }  // namespace fastpersist
 
 // Propagate a non-OK Status from an expression returning Status.
-#define FP_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    ::fastpersist::Status fp_st_ = (expr);    \
-    if (!fp_st_.is_ok()) return fp_st_;       \
+#define FP_RETURN_IF_ERROR(expr)           \
+  do {                                     \
+    ::fastpersist::Status fp_st_ = (expr); \
+    if (!fp_st_.is_ok()) return fp_st_;    \
   } while (0)
 
 #define FP_CONCAT_INNER_(a, b) a##b
 #define FP_CONCAT_(a, b) FP_CONCAT_INNER_(a, b)
 // `FP_ASSIGN_OR_RETURN(auto x, make_x());` binds the value or returns the error.
-#define FP_ASSIGN_OR_RETURN(lhs, expr) FP_ASSIGN_OR_RETURN_IMPL_(FP_CONCAT_(fp_res_, __LINE__), lhs, expr)
+#define FP_ASSIGN_OR_RETURN(lhs, expr) \
+  FP_ASSIGN_OR_RETURN_IMPL_(FP_CONCAT_(fp_res_, __LINE__), lhs, expr)
 #define FP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.is_ok()) return tmp.status();          \

@@ -14,10 +14,10 @@ namespace fastpersist {
 // One tensor to save: its bytes in C order.
 struct TensorSource {
   std::string name;
-  std::string dtype;             // safetensors dtype name
+  std::string dtype;  // safetensors dtype name
   std::vector<uint64_t> shape;
   const std::byte* data = nullptr;
-  uint64_t nbytes = 0;           // must equal product(shape) * dtype size
+  uint64_t nbytes = 0;  // must equal product(shape) * dtype size
   // -1: `data` is host memory. N >= 0: `data` is memory of CUDA device N; the snapshot copies it
   // into pinned staging with the CUDA runtime (loaded at run time). The caller makes sure the
   // device has finished writing it (e.g. synchronizes the stream that produced it).

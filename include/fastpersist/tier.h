@@ -35,8 +35,8 @@ namespace fastpersist {
 // `part_bytes`, `transfers` parts at once (multipart uploads); pulls read the same way, in
 // ranged reads. The manifest uploaded last is the commit marker.
 inline constexpr uint64_t kDefaultTierPartBytes = uint64_t{32} << 20;
-inline constexpr uint64_t kMinTierPartBytes = uint64_t{5} << 20;   // S3's smallest part
-inline constexpr uint64_t kMaxTierPartBytes = uint64_t{5} << 30;   // S3's largest part
+inline constexpr uint64_t kMinTierPartBytes = uint64_t{5} << 20;  // S3's smallest part
+inline constexpr uint64_t kMaxTierPartBytes = uint64_t{5} << 30;  // S3's largest part
 inline constexpr unsigned kDefaultTierTransfers = 8;
 inline constexpr unsigned kMaxTierTransfers = 64;
 
@@ -64,13 +64,13 @@ struct TierOptions {
 // Where one tier stands (CheckpointManager::tier_states()).
 struct TierState {
   std::string path;
-  std::string draining;               // the tag being copied now ("" when idle)
-  std::vector<std::string> waiting;   // selected, not yet in the tier, oldest first
-  std::string last_drained;           // the newest tag this manager copied there
-  uint64_t checkpoints_drained = 0;   // since the manager opened
+  std::string draining;              // the tag being copied now ("" when idle)
+  std::vector<std::string> waiting;  // selected, not yet in the tier, oldest first
+  std::string last_drained;          // the newest tag this manager copied there
+  uint64_t checkpoints_drained = 0;  // since the manager opened
   uint64_t bytes_drained = 0;
-  double seconds_draining = 0;        // time spent copying them
-  Status last_error;                  // of the latest attempt (OK when it succeeded)
+  double seconds_draining = 0;  // time spent copying them
+  Status last_error;            // of the latest attempt (OK when it succeeded)
 };
 
 }  // namespace fastpersist

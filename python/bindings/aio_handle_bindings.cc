@@ -24,6 +24,13 @@ void bind_aio_handle(nb::module_& m) {
   using namespace nb::literals;
   using H = HandleRef<AioHandle>;
 
+  nb::class_<HandleTransfer>(m, "Transfer",
+                             "What a handle's pwrite/pread did (AioHandle and GdsHandle).")
+      .def_ro("completed", &HandleTransfer::completed,
+              "The completed count (DeepNVMe's return value).")
+      .def_ro("pin", &HandleTransfer::pin,
+              "What keeps the caller's buffer alive until wait() (None when not async).");
+
   nb::class_<H> cls(m, "AioHandle",
                     "DeepNVMe-style async I/O handle (private; see fastpersist.AioHandle)");
   cls.def_static(

@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/pinned_buffer.h"
-#include "fastpersist/tier.h"
 #include "fastpersist/status.h"
+#include "fastpersist/tier.h"
 
 namespace fastpersist::python {
 
@@ -53,7 +53,8 @@ struct PruneOutcome {
   std::vector<std::string> removed;
   std::vector<std::string> damaged;  // failed verification: "tag: why"
 };
-void bind_cli(nb::module_& m);  // only when the CLI is built (FASTPERSIST_HAVE_CLI)  // after bind_checkpoint (TierOptions)
+void bind_cli(nb::module_& m);  // only when the CLI is built (FASTPERSIST_HAVE_CLI)  // after
+                                // bind_checkpoint (TierOptions)
 
 // Raises the Python exception for a non-OK status (see errors.cc for the table).
 [[noreturn]] void raise_status(const Status& status);
@@ -71,8 +72,8 @@ T unwrap(Result<T>&& result) {
 // A Python str from bytes that should be UTF-8 but may quote a damaged file: invalid bytes
 // become \xNN escapes instead of a UnicodeDecodeError hiding the real error.
 inline nb::str utf8_str(const std::string& text) {
-  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
-                                     "backslashreplace");
+  PyObject* s =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
   if (s == nullptr) throw nb::python_error();
   return nb::steal<nb::str>(s);
 }

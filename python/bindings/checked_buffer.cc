@@ -13,7 +13,8 @@ std::string python_type_name(nb::handle obj) { return Py_TYPE(obj.ptr())->tp_nam
 
 [[noreturn]] void refuse(const char* what, nb::handle obj, const std::string& why) {
   throw nb::value_error(
-      ("fastpersist: the " + std::string(what) + " (" + python_type_name(obj) + ") " + why).c_str());
+      ("fastpersist: the " + std::string(what) + " (" + python_type_name(obj) + ") " + why)
+          .c_str());
 }
 
 CheckedBuffer from_buffer_protocol(nb::handle obj, MemoryUse use, const char* what) {
@@ -62,13 +63,15 @@ CheckedBuffer from_dlpack(nb::handle obj, MemoryUse use, MemoryPlace place, cons
       try {
         obj.attr("__dlpack__")();
       } catch (nb::python_error& e) {
-        refuse(what, obj, std::string("is not a dense array in host or CUDA device memory: ") +
-                              nb::str(e.value()).c_str());
+        refuse(what, obj,
+               std::string("is not a dense array in host or CUDA device memory: ") +
+                   nb::str(e.value()).c_str());
       }
     }
     throw nb::type_error(("fastpersist: the " + std::string(what) +
                           " must be a torch tensor, a numpy array or a buffer-protocol object "
-                          "(bytes, bytearray, memoryview, mmap, ...), got " + python_type_name(obj))
+                          "(bytes, bytearray, memoryview, mmap, ...), got " +
+                          python_type_name(obj))
                              .c_str());
   }
   if (use == MemoryUse::kWrite) {

@@ -33,7 +33,7 @@ enum class MemoryPlace {
 struct CheckedBuffer {
   std::byte* data = nullptr;  // null when nbytes == 0
   size_t nbytes = 0;
-  int device = -1;            // -1: host memory; N >= 0: memory of CUDA device N
+  int device = -1;  // -1: host memory; N >= 0: memory of CUDA device N
   // Element count and element size as the object describes itself (nbytes = count * size).
   size_t elements = 0;
   size_t element_size = 1;

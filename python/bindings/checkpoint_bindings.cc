@@ -24,13 +24,13 @@
 
 #include "bindings.h"
 #include "checked_buffer.h"
-#include "load_outcome.h"
-#include "tensor_tuple.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/safetensors.h"
 #include "fastpersist/split_file.h"
 #include "fastpersist/tensor_codec.h"
-#include "fastpersist/safetensors.h"
+#include "load_outcome.h"
+#include "tensor_tuple.h"
 
 namespace fastpersist::python {
 
@@ -41,9 +41,11 @@ namespace fastpersist::python {
 TensorSource tensor_source(const TensorTuple& tuple) {
   const auto& [name, dtype, shape, object] = tuple;
   const std::string what = "tensor '" + name + "'";
-  CheckedBuffer b = checked_buffer(object, MemoryUse::kRead, MemoryPlace::kHostOrCudaDevice, what.c_str());
+  CheckedBuffer b =
+      checked_buffer(object, MemoryUse::kRead, MemoryPlace::kHostOrCudaDevice, what.c_str());
   std::optional<size_t> element = safetensors_dtype_size(dtype);
-  if (!element) throw nb::value_error(("fastpersist: " + what + ": unknown dtype '" + dtype + "'").c_str());
+  if (!element)
+    throw nb::value_error(("fastpersist: " + what + ": unknown dtype '" + dtype + "'").c_str());
   uint64_t count = 1;
   bool overflow = false;
   for (uint64_t d : shape) {
@@ -52,21 +54,22 @@ TensorSource tensor_source(const TensorTuple& tuple) {
   }
   if (overflow || count > UINT64_MAX / *element || count * *element != b.nbytes ||
       (b.nbytes > 0 && b.element_size != *element)) {
-    throw nb::value_error(("fastpersist: " + what + ": dtype " + dtype + " (" + std::to_string(*element) +
-                           "-byte elements) and its shape need " +
-                           (overflow || count > UINT64_MAX / *element ? std::string("more than 2**64")
-                                                                      : std::to_string(count * *element)) +
-                           " bytes, but its memory holds " + std::to_string(b.elements) + " elements of " +
-                           std::to_string(b.element_size) + " bytes (" + std::to_string(b.nbytes) + " bytes)")
-                              .c_str());
+    throw nb::value_error(
+        ("fastpersist: " + what + ": dtype " + dtype + " (" + std::to_string(*element) +
+         "-byte elements) and its shape need " +
+         (overflow || count > UINT64_MAX / *element ? std::string("more than 2**64")
+                                                    : std::to_string(count * *element)) +
+         " bytes, but its memory holds " + std::to_string(b.elements) + " elements of " +
+         std::to_string(b.element_size) + " bytes (" + std::to_string(b.nbytes) + " bytes)")
+            .c_str());
   }
   return {name, dtype, shape, b.data, b.nbytes, b.device};
 }
 namespace {
 
 // (name, address, capacity_bytes, dtype, shape, strides) of a load destination.
-using DestinationTuple = std::tuple<std::string, uintptr_t, uint64_t, std::string, std::vector<uint64_t>,
-                                    std::vector<int64_t>>;
+using DestinationTuple = std::tuple<std::string, uintptr_t, uint64_t, std::string,
+                                    std::vector<uint64_t>, std::vector<int64_t>>;
 
 class PyCheckpointManager {
  public:
@@ -133,19 +136,23 @@ class PyCheckpointReader {
   // flight must complete first). `device_tensors` {destination index: CUDA tensor}: those
   // destinations are the tensors' device memory (address, length and device read from each
   // tensor here, not from the tuple).
-  PyLoadOutcome load(std::optional<std::vector<std::string>> names, const std::vector<DestinationTuple>& destinations,
-                 bool into, const std::string& dtype, const std::map<std::string, std::string>& dtype_by_name,
-                 bool strict, bool verify, uint64_t max_memory, nb::object progress,
-                 const std::map<size_t, nb::object>& device_tensors) {
+  PyLoadOutcome load(std::optional<std::vector<std::string>> names,
+                     const std::vector<DestinationTuple>& destinations, bool into,
+                     const std::string& dtype,
+                     const std::map<std::string, std::string>& dtype_by_name, bool strict,
+                     bool verify, uint64_t max_memory, nb::object progress,
+                     const std::map<size_t, nb::object>& device_tensors) {
     LoadRequest req;
     req.names = std::move(names);
     req.destinations.reserve(destinations.size());
     for (const auto& [name, address, capacity, dest_dtype, shape, strides] : destinations) {
-      req.destinations.push_back({name, reinterpret_cast<std::byte*>(address), capacity, dest_dtype, shape, strides});
+      req.destinations.push_back(
+          {name, reinterpret_cast<std::byte*>(address), capacity, dest_dtype, shape, strides});
     }
     std::vector<CheckedBuffer> device_memory;  // keeps each tensor exported during the load
     for (const auto& [index, tensor] : device_tensors) {
-      if (index >= req.destinations.size()) throw nb::value_error("device_tensors: index out of range");
+      if (index >= req.destinations.size())
+        throw nb::value_error("device_tensors: index out of range");
       CheckedBuffer b = checked_buffer(tensor, MemoryUse::kWrite, MemoryPlace::kHostOrCudaDevice,
                                        "device destination");
       if (b.device < 0) throw nb::value_error("device_tensors: a tensor in host memory");
@@ -196,8 +203,9 @@ class PyCheckpointReader {
         }
         buffer = it->second;
       }
-      out.tensors.append(nb::cast(PyLoadedTensor{utf8_str(m.tensors[t.tensor].name), t.dtype, t.shape, buffer,
-                                                 t.offset, t.nbytes, t.destination}));
+      out.tensors.append(
+          nb::cast(PyLoadedTensor{utf8_str(m.tensors[t.tensor].name), t.dtype, t.shape, buffer,
+                                  t.offset, t.nbytes, t.destination}));
     }
     out.destinations = std::move(r.destinations);
     out.missing = utf8_list(r.missing);
@@ -217,8 +225,8 @@ class PyCheckpointReader {
   }
 
   // A split file written back as the plain file <directory>/<name>, streamed; its record.
-  ManifestFile write_plain_split_file(const std::string& name, const std::string& directory, bool durable,
-                                      bool checksums, std::optional<uint32_t> rank) {
+  ManifestFile write_plain_split_file(const std::string& name, const std::string& directory,
+                                      bool durable, bool checksums, std::optional<uint32_t> rank) {
     return unwrap(without_gil([&]() -> Result<ManifestFile> {
       FP_ASSIGN_OR_RETURN(SplitFileReader split, SplitFileReader::open(*reader_, name));
       return write_plain_file(split, directory, durable, checksums, rank);
@@ -257,8 +265,11 @@ void bind_checkpoint(nb::module_& m) {
       .def_rw("durable", &CheckpointOptions::durable)
       .def_rw("checksums", &CheckpointOptions::checksums)
       .def_prop_rw(
-          "compression", [](const CheckpointOptions& o) { return std::string(compression_name(o.compression)); },
-          [](CheckpointOptions& o, const std::string& name) { o.compression = unwrap(parse_compression(name)); })
+          "compression",
+          [](const CheckpointOptions& o) { return std::string(compression_name(o.compression)); },
+          [](CheckpointOptions& o, const std::string& name) {
+            o.compression = unwrap(parse_compression(name));
+          })
       .def_rw("compression_level", &CheckpointOptions::compression_level)
       .def_rw("compression_threads", &CheckpointOptions::compression_threads)
       .def_rw("incremental", &CheckpointOptions::incremental)
@@ -270,7 +281,8 @@ void bind_checkpoint(nb::module_& m) {
           "save_every_steps", [](const CheckpointOptions& o) { return o.save_policy.every_steps; },
           [](CheckpointOptions& o, std::optional<int64_t> v) { o.save_policy.every_steps = v; })
       .def_prop_rw(
-          "save_every_seconds", [](const CheckpointOptions& o) { return o.save_policy.every_seconds; },
+          "save_every_seconds",
+          [](const CheckpointOptions& o) { return o.save_policy.every_seconds; },
           [](CheckpointOptions& o, std::optional<double> v) { o.save_policy.every_seconds = v; });
 
   nb::class_<TierOptions>(m, "TierOptions")
@@ -286,7 +298,8 @@ void bind_checkpoint(nb::module_& m) {
       .def_prop_ro("tag", &PendingSave::tag)
       .def("snapshot_done", &PendingSave::snapshot_done)
       .def("done", &PendingSave::done)
-      .def("wait_snapshot", [](const PendingSave& p) { check(without_gil([&] { return p.wait_snapshot(); })); })
+      .def("wait_snapshot",
+           [](const PendingSave& p) { check(without_gil([&] { return p.wait_snapshot(); })); })
       .def("wait", [](const PendingSave& p) { check(without_gil([&] { return p.wait(); })); })
       .def_prop_ro("snapshot_seconds", &PendingSave::snapshot_seconds)
       .def_prop_ro("total_seconds", &PendingSave::total_seconds)
@@ -309,9 +322,12 @@ void bind_checkpoint(nb::module_& m) {
       .def(nb::init<const std::string&, const CheckpointOptions&>(), "root"_a, "options"_a)
       .def("save_async", &PyCheckpointManager::save_async, "tag"_a, "tensors"_a, "aliases"_a,
            "objects"_a, "step"_a.none(), "metadata_json"_a, "versions"_a)
-      .def("wait_all", [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_all(); })); })
+      .def("wait_all",
+           [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_all(); })); })
       .def("wait_snapshots",
-           [](PyCheckpointManager& s) { check(without_gil([&] { return s.get().wait_snapshots(); })); })
+           [](PyCheckpointManager& s) {
+             check(without_gil([&] { return s.get().wait_snapshots(); }));
+           })
       .def("close", &PyCheckpointManager::close, "drain_timeout"_a.none() = nb::none())
       .def(
           "wait_drains",
@@ -333,7 +349,8 @@ void bind_checkpoint(nb::module_& m) {
            })
       .def(
           "should_save",
-          [](PyCheckpointManager& s, int64_t step) { return unwrap(s.get().should_save(step)); }, "step"_a)
+          [](PyCheckpointManager& s, int64_t step) { return unwrap(s.get().should_save(step)); },
+          "step"_a)
       .def(
           "pull",
           [](PyCheckpointManager& s, const std::string& tier, const std::string& tag) {
@@ -346,62 +363,77 @@ void bind_checkpoint(nb::module_& m) {
             return unwrap(without_gil([&] { return s.get().begin_commit(tag); }));
           },
           "tag"_a, nb::keep_alive<0, 1>(),
-          "Begins a checkpoint that other writers fill (its temporary directory) and this manager commits.")
+          "Begins a checkpoint that other writers fill (its temporary directory) and this manager "
+          "commits.")
       .def_prop_ro("closed", &PyCheckpointManager::closed)
       .def_prop_ro("staging_bytes", [](PyCheckpointManager& s) { return s.get().staging_bytes(); })
       .def("list", [](PyCheckpointManager& s) { return unwrap(s.get().list()); })
-      .def("remove", [](PyCheckpointManager& s, const std::string& tag) {
-        check(without_gil([&] { return s.get().remove(tag); }));
-      })
-      .def("materialize", [](PyCheckpointManager& s, const std::string& tag) {
-        return unwrap(without_gil([&] { return s.get().materialize(tag); }));
-      })
-      .def("prune",
-           [](PyCheckpointManager& s, std::optional<unsigned> keep_last, std::optional<int64_t> keep_every,
-              bool verify) {
-             PruneOutcome out;
-             out.removed =
-                 unwrap(without_gil([&] { return s.get().prune(keep_last, keep_every, verify, &out.damaged); }));
-             return out;
-           },
-           "keep_last"_a.none(), "keep_every"_a.none(), "verify"_a = false);
+      .def("remove",
+           [](PyCheckpointManager& s, const std::string& tag) {
+             check(without_gil([&] { return s.get().remove(tag); }));
+           })
+      .def("materialize",
+           [](PyCheckpointManager& s, const std::string& tag) {
+             return unwrap(without_gil([&] { return s.get().materialize(tag); }));
+           })
+      .def(
+          "prune",
+          [](PyCheckpointManager& s, std::optional<unsigned> keep_last,
+             std::optional<int64_t> keep_every, bool verify) {
+            PruneOutcome out;
+            out.removed = unwrap(without_gil(
+                [&] { return s.get().prune(keep_last, keep_every, verify, &out.damaged); }));
+            return out;
+          },
+          "keep_last"_a.none(), "keep_every"_a.none(), "verify"_a = false);
 
-  nb::class_<SplitFileReader>(m, "SplitFile", "A split file of a checkpoint, read in ranges (split_file.h).")
+  nb::class_<SplitFileReader>(m, "SplitFile",
+                              "A split file of a checkpoint, read in ranges (split_file.h).")
       .def_prop_ro("size", &SplitFileReader::size)
       .def(
           "read_into",
           [](const SplitFileReader& f, uint64_t offset, nb::handle buffer, bool verify) {
-            CheckedBuffer b = checked_buffer(buffer, MemoryUse::kWrite, MemoryPlace::kHost, "buffer");
-            const uint64_t n = offset >= f.size() ? 0 : std::min<uint64_t>(b.nbytes, f.size() - offset);
-            check(without_gil([&] { return f.read_range(offset, b.data, static_cast<size_t>(n), verify); }));
+            CheckedBuffer b =
+                checked_buffer(buffer, MemoryUse::kWrite, MemoryPlace::kHost, "buffer");
+            const uint64_t n =
+                offset >= f.size() ? 0 : std::min<uint64_t>(b.nbytes, f.size() - offset);
+            check(without_gil(
+                [&] { return f.read_range(offset, b.data, static_cast<size_t>(n), verify); }));
             return n;
           },
           "offset"_a, "buffer"_a, "verify"_a,
-          "Fills `buffer` (writable host memory) with the file's bytes from `offset` on, as many as "
+          "Fills `buffer` (writable host memory) with the file's bytes from `offset` on, as many "
+          "as "
           "fit and the file has; returns how many (0 at the end).");
 
   nb::class_<PyCheckpointReader>(m, "CheckpointReader")
       .def(nb::init<const std::string&, const EngineOptions&>(), "dir"_a, "engine_options"_a)
-      .def("load", &PyCheckpointReader::load, nb::kw_only(), "names"_a.none(), "destinations"_a, "into"_a,
-           "dtype"_a, "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a, "progress"_a.none(),
-           "device_tensors"_a = std::map<size_t, nb::object>(),
+      .def("load", &PyCheckpointReader::load, nb::kw_only(), "names"_a.none(), "destinations"_a,
+           "into"_a, "dtype"_a, "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a,
+           "progress"_a.none(), "device_tensors"_a = std::map<size_t, nb::object>(),
            "A whole load (checkpoint_load.h), keyword arguments only; returns a LoadOutcome.")
       .def("read_objects", &PyCheckpointReader::read_objects)
-      .def("open_split_file", &PyCheckpointReader::open_split_file, "name"_a, nb::keep_alive<0, 1>(),
+      .def("open_split_file", &PyCheckpointReader::open_split_file, "name"_a,
+           nb::keep_alive<0, 1>(),
            "A split file for reading in ranges (SplitFile); it keeps this reader alive.")
-      .def("write_plain_split_file", &PyCheckpointReader::write_plain_split_file, "name"_a, "directory"_a,
-           "durable"_a, "checksums"_a, "rank"_a.none(),
+      .def("write_plain_split_file", &PyCheckpointReader::write_plain_split_file, "name"_a,
+           "directory"_a, "durable"_a, "checksums"_a, "rank"_a.none(),
            "A split file written back as the new plain file directory/name, streamed (every piece "
            "checked); returns its ManifestFile record.")
       .def("read_file", &PyCheckpointReader::read_file, "name"_a,
-           "The whole objects-role file `name`, checksum-checked (KeyError-like NotFound when not listed).")
+           "The whole objects-role file `name`, checksum-checked (KeyError-like NotFound when not "
+           "listed).")
       .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)
       .def_prop_ro("dir", &PyCheckpointReader::dir);
 
-  m.def("latest_checkpoint", [](const std::string& root) {
-    return unwrap(without_gil([&] { return latest_checkpoint(root); }));
-  }, "root"_a);
-  m.def("validate_tag", [](const std::string& tag) { check(validate_tag(tag)); }, "tag"_a);
+  m.def(
+      "latest_checkpoint",
+      [](const std::string& root) {
+        return unwrap(without_gil([&] { return latest_checkpoint(root); }));
+      },
+      "root"_a);
+  m.def(
+      "validate_tag", [](const std::string& tag) { check(validate_tag(tag)); }, "tag"_a);
   m.def(
       "verify_checkpoint",
       [](const std::string& dir, const EngineOptions& options, nb::object progress) {
@@ -416,7 +448,8 @@ void bind_checkpoint(nb::module_& m) {
           FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
           return verify_checkpoint(dir, *engine, cb);
         }));
-        return PyVerifyReport{utf8_list(report.problems), report.bytes_checked, report.has_checksums};
+        return PyVerifyReport{utf8_list(report.problems), report.bytes_checked,
+                              report.has_checksums};
       },
       "dir"_a, "engine_options"_a, "progress"_a.none());
 
@@ -439,14 +472,18 @@ void bind_checkpoint(nb::module_& m) {
       .def_ro("shape", &SafetensorsTensor::shape)
       .def_ro("begin", &SafetensorsTensor::begin, "data_offsets[0], relative to the data section.")
       .def_ro("end", &SafetensorsTensor::end);
-  nb::class_<SafetensorsHeader>(m, "SafetensorsHeader", "A safetensors file's validated header (safetensors.h).")
+  nb::class_<SafetensorsHeader>(m, "SafetensorsHeader",
+                                "A safetensors file's validated header (safetensors.h).")
       .def_ro("tensors", &SafetensorsHeader::tensors, "In data order.")
       .def_ro("metadata", &SafetensorsHeader::metadata)
-      .def_ro("data_start", &SafetensorsHeader::data_start, "Absolute file offset of the data section.")
+      .def_ro("data_start", &SafetensorsHeader::data_start,
+              "Absolute file offset of the data section.")
       .def_ro("data_bytes", &SafetensorsHeader::data_bytes);
   m.def(
       "read_safetensors_header",
-      [](const std::string& path) { return unwrap(without_gil([&] { return read_safetensors_header(path); })); },
+      [](const std::string& path) {
+        return unwrap(without_gil([&] { return read_safetensors_header(path); }));
+      },
       "path"_a);
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // `_core.DeferredFileWriter` (deferred_file_writer.h): the file object the DeepSpeed checkpoint
 // engine serializes into on the training thread and persists later, and `_core.check_object_file`,
-// the check of a file against its manifest record that runs beside each load. Lent memory arrives as objects read by
-// checked_buffer.h; the writer keeps each one's export until persist() or abort() is over, so the
-// memory cannot be freed meanwhile.
+// the check of a file against its manifest record that runs beside each load. Lent memory arrives
+// as objects read by checked_buffer.h; the writer keeps each one's export until persist() or
+// abort() is over, so the memory cannot be freed meanwhile.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -24,19 +24,23 @@ namespace fastpersist::python {
 void bind_deferred(nb::module_& m) {
   using namespace nb::literals;
 
-  nb::class_<PyDeferredFileWriter>(m, "DeferredFileWriter",
-                                   "A file object that records a serialization now (borrowing lent tensor "
-                                   "memory, copying the rest) and persist() writes later, durably, with the "
-                                   "XXH3-64 of the whole file.")
-      .def(nb::init<const std::string&, const std::string&, const EngineOptions&, const FastFileWriterOptions&, bool,
-                    std::optional<uint32_t>>(),
-           "directory"_a, "name"_a, "engine_options"_a, "writer_options"_a, "checksums"_a, "rank"_a.none())
+  nb::class_<PyDeferredFileWriter>(
+      m, "DeferredFileWriter",
+      "A file object that records a serialization now (borrowing lent tensor "
+      "memory, copying the rest) and persist() writes later, durably, with the "
+      "XXH3-64 of the whole file.")
+      .def(nb::init<const std::string&, const std::string&, const EngineOptions&,
+                    const FastFileWriterOptions&, bool, std::optional<uint32_t>>(),
+           "directory"_a, "name"_a, "engine_options"_a, "writer_options"_a, "checksums"_a,
+           "rank"_a.none())
       .def("borrow", &PyDeferredFileWriter::borrow, "memory"_a,
-           "Lends host memory (a buffer or a DLPack tensor) that stays alive and unchanged until persist() "
+           "Lends host memory (a buffer or a DLPack tensor) that stays alive and unchanged until "
+           "persist() "
            "returns: pieces inside it are not copied.")
       .def("write", &PyDeferredFileWriter::write, "data"_a, "Records the next bytes of the stream.")
       .def("persist", &PyDeferredFileWriter::persist,
-           "Writes the stream as the new file and returns its ManifestFile record (releases the GIL).")
+           "Writes the stream as the new file and returns its ManifestFile record (releases the "
+           "GIL).")
       .def("abort", &PyDeferredFileWriter::abort, "Forgets the stream; writes nothing.")
       .def("stats", &PyDeferredFileWriter::stats)
       .def_prop_ro("path", &PyDeferredFileWriter::path);

@@ -20,20 +20,24 @@ namespace fastpersist::python {
 
 class PyDeferredFileWriter {
  public:
-  PyDeferredFileWriter(const std::string& directory, const std::string& name, const EngineOptions& engine_options,
-                       const FastFileWriterOptions& writer_options, bool checksums, std::optional<uint32_t> rank) {
+  PyDeferredFileWriter(const std::string& directory, const std::string& name,
+                       const EngineOptions& engine_options,
+                       const FastFileWriterOptions& writer_options, bool checksums,
+                       std::optional<uint32_t> rank) {
     DeferredFileWriterOptions o;
     o.writer = writer_options;
     o.checksums = checksums;
     o.rank = rank;
     writer_ = unwrap(without_gil([&]() -> Result<std::unique_ptr<DeferredFileWriter>> {
       FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
-      return DeferredFileWriter::create(directory, name, o, std::shared_ptr<IoEngine>(std::move(engine)));
+      return DeferredFileWriter::create(directory, name, o,
+                                        std::shared_ptr<IoEngine>(std::move(engine)));
     }));
   }
 
   void borrow(nb::handle memory) {
-    CheckedBuffer b = checked_buffer(memory, MemoryUse::kRead, MemoryPlace::kHost, "borrowed memory");
+    CheckedBuffer b =
+        checked_buffer(memory, MemoryUse::kRead, MemoryPlace::kHost, "borrowed memory");
     if (b.nbytes == 0) return;
     writer_->borrow(b.data, b.nbytes);
     lent_.push_back(std::move(b.pin));
@@ -80,6 +84,5 @@ class PyDeferredFileWriter {
   std::unique_ptr<DeferredFileWriter> writer_;
   std::vector<nb::object> lent_;  // the exports of borrowed memory, released after persist/abort
 };
-
 
 }  // namespace fastpersist::python

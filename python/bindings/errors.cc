@@ -54,8 +54,8 @@ std::string range_text(const Status& st) {
     if (decoded == nullptr) throw nb::python_error();
     filename = nb::steal(decoded);
   }
-  nb::object exc =
-      nb::steal(PyObject_CallFunction(PyExc_OSError, "iOO", err, utf8_str(text).ptr(), filename.ptr()));
+  nb::object exc = nb::steal(
+      PyObject_CallFunction(PyExc_OSError, "iOO", err, utf8_str(text).ptr(), filename.ptr()));
   if (!exc.is_valid()) throw nb::python_error();
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw nb::python_error();

@@ -15,8 +15,8 @@ namespace fastpersist::python {
 namespace {
 
 MemorySpan device_buffer(nb::handle buffer) {
-  CheckedBuffer b = checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHostOrCudaDevice,
-                                   "tensor");
+  CheckedBuffer b =
+      checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHostOrCudaDevice, "tensor");
   if (b.device < 0) {
     throw nb::value_error(
         "fastpersist: the tensor is in host memory; GPUDirect Storage pins CUDA device memory "
@@ -46,8 +46,9 @@ void bind_gds_handle(nb::module_& m) {
         Status st = i.status();
         return st.is_ok() ? std::string() : st.message();
       });
-  m.def("gds_info", [] { return without_gil([] { return gds_info(); }); },
-        "Whether cuFile and CUDA are loaded here, and cuFile's mode (opens no driver).");
+  m.def(
+      "gds_info", [] { return without_gil([] { return gds_info(); }); },
+      "Whether cuFile and CUDA are loaded here, and cuFile's mode (opens no driver).");
 
   nb::class_<H> cls(m, "GdsHandle",
                     "DeepNVMe-style GPUDirect Storage handle (private; see fastpersist.GdsHandle)");
@@ -84,12 +85,13 @@ void bind_gds_handle(nb::module_& m) {
             return s.get()->is_device_pinned(span);
           },
           "tensor"_a)
-      .def("check_gpu",
-           [](const H&) {
-             Status st = without_gil([] { return gds_info().status(); });
-             if (!st.is_ok()) raise_gpu_status(st);
-           },
-           "Raises GpuUnavailableError unless CUDA and cuFile are loaded here.");
+      .def(
+          "check_gpu",
+          [](const H&) {
+            Status st = without_gil([] { return gds_info().status(); });
+            if (!st.is_ok()) raise_gpu_status(st);
+          },
+          "Raises GpuUnavailableError unless CUDA and cuFile are loaded here.");
 }
 
 }  // namespace fastpersist::python

@@ -111,6 +111,13 @@ inline TransferBuffer transfer_buffer(nb::handle buffer, bool is_write) {
   return b;
 }
 
+// What pwrite/pread answer (bound as _core.Transfer in aio_handle_bindings.cc): the completed
+// count, and the object that keeps the caller's buffer alive until wait() (None when not async).
+struct HandleTransfer {
+  int completed = 0;
+  nb::object pin;
+};
+
 // pwrite, pread, sync_*, async_*, async_*_fd and wait, with AioHandle's Python signatures.
 template <typename Handle>
 void bind_transfers(nb::class_<HandleRef<Handle>>& cls) {
@@ -124,20 +131,19 @@ void bind_transfers(nb::class_<HandleRef<Handle>>& cls) {
            int n = unwrap_gpu(s.call([&](Handle& h) {
              return h.pwrite(b.span, path, validate, async_op, file_offset, truncate);
            }));
-           return std::make_pair(n, async_op ? std::move(b.checked.pin) : nb::none());
+           return HandleTransfer{n, async_op ? std::move(b.checked.pin) : nb::none()};
          },
          "buffer"_a, "path"_a, "validate"_a, "async_op"_a, "file_offset"_a = 0,
          "truncate"_a = false,
-         "(completed count, pin): pin is the object to keep until wait() when async_op.")
+         "A Transfer: the completed count, and the pin to keep until wait() when async_op.")
       .def(
           "pread",
           [](const H& s, nb::handle buffer, const std::string& path, bool validate, bool async_op,
              uint64_t file_offset) {
             TransferBuffer b = transfer_buffer(buffer, false);
-            int n = unwrap_gpu(s.call([&](Handle& h) {
-              return h.pread(b.span, path, validate, async_op, file_offset);
-            }));
-            return std::make_pair(n, async_op ? std::move(b.checked.pin) : nb::none());
+            int n = unwrap_gpu(s.call(
+                [&](Handle& h) { return h.pread(b.span, path, validate, async_op, file_offset); }));
+            return HandleTransfer{n, async_op ? std::move(b.checked.pin) : nb::none()};
           },
           "buffer"_a, "path"_a, "validate"_a, "async_op"_a, "file_offset"_a = 0)
       .def(
@@ -174,8 +180,8 @@ void bind_transfers(nb::class_<HandleRef<Handle>>& cls) {
           "async_pread",
           [](const H& s, nb::handle buffer, const std::string& path, uint64_t file_offset) {
             TransferBuffer b = transfer_buffer(buffer, false);
-            unwrap_gpu(s.call(
-                [&](Handle& h) { return h.pread(b.span, path, false, true, file_offset); }));
+            unwrap_gpu(
+                s.call([&](Handle& h) { return h.pread(b.span, path, false, true, file_offset); }));
             return std::move(b.checked.pin);
           },
           "buffer"_a, "path"_a, "file_offset"_a = 0,
@@ -184,8 +190,8 @@ void bind_transfers(nb::class_<HandleRef<Handle>>& cls) {
           "async_pwrite_fd",
           [](const H& s, nb::handle buffer, int fd, uint64_t file_offset) {
             TransferBuffer b = transfer_buffer(buffer, true);
-            unwrap_gpu(s.call(
-                [&](Handle& h) { return h.async_pwrite_fd(b.span, fd, file_offset); }));
+            unwrap_gpu(
+                s.call([&](Handle& h) { return h.async_pwrite_fd(b.span, fd, file_offset); }));
             return std::move(b.checked.pin);
           },
           "buffer"_a, "fd"_a, "file_offset"_a = 0,
@@ -194,8 +200,8 @@ void bind_transfers(nb::class_<HandleRef<Handle>>& cls) {
           "async_pread_fd",
           [](const H& s, nb::handle buffer, int fd, uint64_t file_offset) {
             TransferBuffer b = transfer_buffer(buffer, false);
-            unwrap_gpu(s.call(
-                [&](Handle& h) { return h.async_pread_fd(b.span, fd, file_offset); }));
+            unwrap_gpu(
+                s.call([&](Handle& h) { return h.async_pread_fd(b.span, fd, file_offset); }));
             return std::move(b.checked.pin);
           },
           "buffer"_a, "fd"_a, "file_offset"_a = 0,
@@ -229,22 +235,24 @@ void bind_host_side(nb::class_<HandleRef<Handle>>& cls, HostOf host) {
       .def(
           "new_cpu_locked_buffer",
           [host](const H& s, size_t nbytes) {
-            auto buffer = unwrap(
-                s.call([&](Handle& h) { return host(h).new_cpu_locked_buffer(nbytes); }));
+            auto buffer =
+                unwrap(s.call([&](Handle& h) { return host(h).new_cpu_locked_buffer(nbytes); }));
             return LockedBuffer{std::move(buffer), nbytes};
           },
           "nbytes"_a)
       .def(
           "free_cpu_locked_buffer",
           [host](const H& s, nb::handle buffer) {
-            CheckedBuffer b = checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHost, "buffer");
+            CheckedBuffer b =
+                checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHost, "buffer");
             return host(*s.get()).free_cpu_locked_buffer(b.data);
           },
           "buffer"_a)
       .def(
           "is_pinned",
           [host](const H& s, nb::handle buffer) {
-            CheckedBuffer b = checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHost, "buffer");
+            CheckedBuffer b =
+                checked_buffer(buffer, MemoryUse::kRead, MemoryPlace::kHost, "buffer");
             return b.nbytes > 0 && host(*s.get()).is_pinned(b.data, b.nbytes);
           },
           "buffer"_a);

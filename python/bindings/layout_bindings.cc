@@ -38,7 +38,8 @@ void bind_layout(nb::module_& m) {
       "The data file `index` of `count` (with a rank: tensors-r<rank>-...).");
   layout.def(
       "dcp_objects_file_name", [](uint32_t rank) { return dcp_objects_file_name(rank); }, "rank"_a,
-      "The file of a rank's non-tensor items in a distributed checkpoint (dcp-objects-r<rank>.bin).");
+      "The file of a rank's non-tensor items in a distributed checkpoint "
+      "(dcp-objects-r<rank>.bin).");
   layout.def(
       "is_data_file_name", [](std::string_view n) { return is_data_file_name(n); }, "name"_a,
       "Whether `name` is a data file name of any rank.");

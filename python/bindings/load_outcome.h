@@ -23,10 +23,10 @@ struct PyLoadedTensor {
   nb::str name;
   std::string dtype;
   std::vector<uint64_t> shape;
-  long buffer = -1;        // index into PyLoadOutcome::buffers; -1: in a destination
-  size_t offset = 0;       // of the elements in that buffer
+  long buffer = -1;   // index into PyLoadOutcome::buffers; -1: in a destination
+  size_t offset = 0;  // of the elements in that buffer
   uint64_t nbytes = 0;
-  long destination = -1;   // index of a destination that holds it; -1: in new memory
+  long destination = -1;  // index of a destination that holds it; -1: in new memory
 };
 
 struct PyLoadOutcome {

@@ -26,17 +26,19 @@ namespace {
 // XXH3-128 digest travels as its hex form ("" without one): a rank's incremental save records it
 // so that the next one can reference this checkpoint. XOR delta bases are written by the
 // single-process manager only and never travel.
-using TensorState = std::tuple<std::string, std::string, std::vector<uint64_t>, std::string, uint64_t, uint64_t,
-                               uint64_t, std::string, uint64_t, std::vector<uint64_t>, std::vector<uint64_t>,
-                               std::string>;
-using FileState = std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t, std::optional<uint32_t>>;
+using TensorState = std::tuple<std::string, std::string, std::vector<uint64_t>, std::string,
+                               uint64_t, uint64_t, uint64_t, std::string, uint64_t,
+                               std::vector<uint64_t>, std::vector<uint64_t>, std::string>;
+using FileState =
+    std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t, std::optional<uint32_t>>;
 
 }  // namespace
 
 void bind_manifest(nb::module_& m) {
   using namespace nb::literals;
 
-  nb::class_<ManifestTensor>(m, "ManifestTensor", "One stored tensor of a checkpoint (read-only; pickles).")
+  nb::class_<ManifestTensor>(m, "ManifestTensor",
+                             "One stored tensor of a checkpoint (read-only; pickles).")
       .def_ro("name", &ManifestTensor::name)
       .def_ro("dtype", &ManifestTensor::dtype, "safetensors dtype name")
       .def_ro("shape", &ManifestTensor::shape)
@@ -57,7 +59,8 @@ void bind_manifest(nb::module_& m) {
           "the XXH3-128 of the raw bytes (hex), recorded for incremental saves; None without one")
       .def(
           "with_block",
-          [](const ManifestTensor& t, std::vector<uint64_t> global_shape, std::vector<uint64_t> shard_offsets) {
+          [](const ManifestTensor& t, std::vector<uint64_t> global_shape,
+             std::vector<uint64_t> shard_offsets) {
             ManifestTensor out = t;
             out.global_shape = std::move(global_shape);
             out.shard_offsets = std::move(shard_offsets);
@@ -68,9 +71,10 @@ void bind_manifest(nb::module_& m) {
           "(the commit checks that it fits).")
       .def("__getstate__",
            [](const ManifestTensor& t) {
-             if (t.delta_base) throw nb::value_error("a record with an XOR delta base does not pickle");
-             return TensorState(t.name, t.dtype, t.shape, t.file, t.offset, t.length, t.checksum, t.encoding,
-                                t.stored_length, t.global_shape, t.shard_offsets,
+             if (t.delta_base)
+               throw nb::value_error("a record with an XOR delta base does not pickle");
+             return TensorState(t.name, t.dtype, t.shape, t.file, t.offset, t.length, t.checksum,
+                                t.encoding, t.stored_length, t.global_shape, t.shard_offsets,
                                 t.digest ? digest_to_hex(*t.digest) : std::string());
            })
       .def("__setstate__",
@@ -81,7 +85,8 @@ void bind_manifest(nb::module_& m) {
                       t.stored_length, t.global_shape, t.shard_offsets, digest) = st;
              if (!digest.empty()) {
                t.digest = digest_from_hex(digest);
-               if (!t.digest) throw nb::value_error("a pickled record's digest is not 32 hex digits");
+               if (!t.digest)
+                 throw nb::value_error("a pickled record's digest is not 32 hex digits");
              }
            })
       .def("__repr__", [](const ManifestTensor& t) {
@@ -137,16 +142,20 @@ void bind_manifest(nb::module_& m) {
           "Every tensor name: the stored tensors in manifest order, then the aliases.");
 
   nb::class_<DtypeInfo>(m, "DtypeInfo", "One row of the dtype table (dtype.h).")
-      .def_prop_ro("name", [](const DtypeInfo& d) { return std::string(d.name); }, "The safetensors name: 'F32'.")
+      .def_prop_ro(
+          "name", [](const DtypeInfo& d) { return std::string(d.name); },
+          "The safetensors name: 'F32'.")
       .def_prop_ro(
           "torch_name", [](const DtypeInfo& d) { return std::string(d.torch_name); },
           "The torch attribute: 'float32' ('' when torch has none).")
       .def_ro("size", &DtypeInfo::size, "Bytes per element.")
       .def("__repr__", [](const DtypeInfo& d) {
-        return nb::str("DtypeInfo({!r}, {!r}, {})").format(std::string(d.name), std::string(d.torch_name), d.size);
+        return nb::str("DtypeInfo({!r}, {!r}, {})")
+            .format(std::string(d.name), std::string(d.torch_name), d.size);
       });
   m.def(
-      "dtype_table", [] { return std::vector<DtypeInfo>(dtype_table().begin(), dtype_table().end()); },
+      "dtype_table",
+      [] { return std::vector<DtypeInfo>(dtype_table().begin(), dtype_table().end()); },
       "Every dtype, in a fixed order.");
 }
 

@@ -49,7 +49,8 @@ Status status_of(nb::python_error& e, const std::string& what) {
   if (is(PyExc_OSError)) {
     int err = 0;
     nb::object errno_value = nb::getattr(e.value(), "errno", nb::none());
-    if (!errno_value.is_none() && nb::isinstance<nb::int_>(errno_value)) err = nb::cast<int>(errno_value);
+    if (!errno_value.is_none() && nb::isinstance<nb::int_>(errno_value))
+      err = nb::cast<int>(errno_value);
     return Status(StatusCode::kIoError, text, err);
   }
   return Status(StatusCode::kIoError, text);
@@ -59,8 +60,9 @@ Status status_of(nb::python_error& e, const std::string& what) {
 class View {
  public:
   View(const std::byte* data, size_t n, bool writable)
-      : view_(nb::steal(PyMemoryView_FromMemory(reinterpret_cast<char*>(const_cast<std::byte*>(data)),
-                                                static_cast<Py_ssize_t>(n), writable ? PyBUF_WRITE : PyBUF_READ))) {
+      : view_(nb::steal(PyMemoryView_FromMemory(
+            reinterpret_cast<char*>(const_cast<std::byte*>(data)), static_cast<Py_ssize_t>(n),
+            writable ? PyBUF_WRITE : PyBUF_READ))) {
     if (!view_.is_valid()) throw nb::python_error();
   }
   ~View() {
@@ -90,7 +92,8 @@ struct PyRef {
 
 class PyObjectStore final : public ObjectStore {
  public:
-  PyObjectStore(nb::object store, std::string url) : store_(std::make_shared<PyRef>(std::move(store))), url_(std::move(url)) {}
+  PyObjectStore(nb::object store, std::string url)
+      : store_(std::make_shared<PyRef>(std::move(store))), url_(std::move(url)) {}
 
   nb::object python_object() const { return store_->object; }
   std::string url() const override { return url_; }
@@ -120,16 +123,19 @@ class PyObjectStore final : public ObjectStore {
   }
 
   Result<std::string> begin_upload(const std::string& key) override {
-    return call<std::string>("starting an upload of " + url_ + "/" + key,
-                             [&] { return nb::cast<std::string>(store_->object.attr("begin_upload")(key)); });
+    return call<std::string>("starting an upload of " + url_ + "/" + key, [&] {
+      return nb::cast<std::string>(store_->object.attr("begin_upload")(key));
+    });
   }
 
-  Result<std::string> upload_part(const std::string& key, const std::string& upload_id, int part_number,
-                                  std::span<const std::byte> data) override {
-    return call<std::string>("uploading part " + std::to_string(part_number) + " of " + url_ + "/" + key, [&] {
-      View view(data.data(), data.size(), false);
-      return nb::cast<std::string>(store_->object.attr("upload_part")(key, upload_id, part_number, view.get()));
-    });
+  Result<std::string> upload_part(const std::string& key, const std::string& upload_id,
+                                  int part_number, std::span<const std::byte> data) override {
+    return call<std::string>(
+        "uploading part " + std::to_string(part_number) + " of " + url_ + "/" + key, [&] {
+          View view(data.data(), data.size(), false);
+          return nb::cast<std::string>(
+              store_->object.attr("upload_part")(key, upload_id, part_number, view.get()));
+        });
   }
 
   Status complete_upload(const std::string& key, const std::string& upload_id,
@@ -147,8 +153,9 @@ class PyObjectStore final : public ObjectStore {
   }
 
   Result<uint64_t> abort_uploads(const std::string& prefix) override {
-    return call<uint64_t>("aborting the unfinished uploads under " + url_ + "/" + prefix,
-                          [&] { return nb::cast<uint64_t>(store_->object.attr("abort_uploads")(prefix)); });
+    return call<uint64_t>("aborting the unfinished uploads under " + url_ + "/" + prefix, [&] {
+      return nb::cast<uint64_t>(store_->object.attr("abort_uploads")(prefix));
+    });
   }
 
   Status remove(const std::vector<std::string>& keys) override {
@@ -190,12 +197,14 @@ class PyObjectStore final : public ObjectStore {
 std::shared_ptr<ObjectStore> wrap_store(nb::handle store) {
   nb::object url = nb::getattr(store, "url", nb::none());
   if (!nb::isinstance<nb::str>(url)) {
-    throw nb::type_error("fastpersist: an object store needs a str attribute 'url' (e.g. fastpersist.S3Store)");
+    throw nb::type_error(
+        "fastpersist: an object store needs a str attribute 'url' (e.g. fastpersist.S3Store)");
   }
-  for (const char* method : {"list", "get_into", "put", "begin_upload", "upload_part", "complete_upload",
-                             "abort_upload", "abort_uploads", "remove"}) {
+  for (const char* method : {"list", "get_into", "put", "begin_upload", "upload_part",
+                             "complete_upload", "abort_upload", "abort_uploads", "remove"}) {
     if (!nb::hasattr(store, method)) {
-      throw nb::type_error((std::string("fastpersist: an object store needs a method '") + method + "'").c_str());
+      throw nb::type_error(
+          (std::string("fastpersist: an object store needs a method '") + method + "'").c_str());
     }
   }
   return std::make_shared<PyObjectStore>(nb::borrow(store), nb::cast<std::string>(url));
@@ -213,18 +222,19 @@ void bind_object_stores(nb::module_& m) {
           return;
         }
         auto held = std::make_shared<PyRef>(std::move(opener));
-        set_object_store_opener([held](const std::string& url) -> Result<std::shared_ptr<ObjectStore>> {
-          const std::string what = "opening " + url;
-          if (!python_alive()) return python_unavailable(what);
-          nb::gil_scoped_acquire gil;
-          try {
-            return wrap_store(held->object(url));
-          } catch (nb::python_error& e) {
-            return status_of(e, what);
-          } catch (const std::exception& e) {
-            return Status(StatusCode::kInvalidArgument, what + ": " + e.what());
-          }
-        });
+        set_object_store_opener(
+            [held](const std::string& url) -> Result<std::shared_ptr<ObjectStore>> {
+              const std::string what = "opening " + url;
+              if (!python_alive()) return python_unavailable(what);
+              nb::gil_scoped_acquire gil;
+              try {
+                return wrap_store(held->object(url));
+              } catch (nb::python_error& e) {
+                return status_of(e, what);
+              } catch (const std::exception& e) {
+                return Status(StatusCode::kInvalidArgument, what + ": " + e.what());
+              }
+            });
       },
       "opener"_a.none(),
       "Installs the function that turns a tier URL into an object store (None: none).");

@@ -41,30 +41,38 @@ void bind_options(nb::module_& m) {
   m.def(
       "engine_options_from_env",
       [](const EngineOptions& base) { return unwrap(engine_options_from_env(base)); }, "base"_a,
-      "Applies the active configuration file, then the FASTPERSIST_* environment variables, on top of `base`.");
+      "Applies the active configuration file, then the FASTPERSIST_* environment variables, on top "
+      "of `base`.");
   nb::class_<ConfigFile>(m, "ConfigFile", "A configuration file's settings (config_file.h).")
       .def_ro("engine", &ConfigFile::engine)
       .def_ro("writer_io_buffer_bytes", &ConfigFile::writer_io_buffer_bytes)
       .def_ro("path", &ConfigFile::path);
   m.def(
       "use_config_file",
-      [](const std::string& path) { return unwrap(without_gil([&] { return use_config_file(path); })); },
+      [](const std::string& path) {
+        return unwrap(without_gil([&] { return use_config_file(path); }));
+      },
       "path"_a,
       "Makes the configuration file at `path` the process's ('' goes back to FASTPERSIST_CONFIG).");
   m.def(
       "active_config",
-      [](const EngineOptions& base) { return unwrap(without_gil([&] { return active_config(base); })); },
+      [](const EngineOptions& base) {
+        return unwrap(without_gil([&] { return active_config(base); }));
+      },
       "base"_a, "The active configuration applied over `base`.");
   m.def(
       "parse_size", [](const std::string& text) { return unwrap(parse_size(text)); }, "text"_a,
       "Parses '4096', '64KiB', '8M', '1GiB' into bytes (K/M/G/T are powers of 1024).");
   m.def(
-      "parse_hf_size", [](const std::string& text) { return unwrap(parse_hf_size(text)); }, "text"_a,
-      "Parses a size as Hugging Face means it: '5GB' is 5*10^9 bytes, '5GiB' 5*2^30.");
+      "parse_hf_size", [](const std::string& text) { return unwrap(parse_hf_size(text)); },
+      "text"_a, "Parses a size as Hugging Face means it: '5GB' is 5*10^9 bytes, '5GiB' 5*2^30.");
 
   auto probe = nb::class_<BackendProbe>(
-      m, "BackendInfo", "One I/O backend: whether it was compiled in, whether it runs here, and if not why.");
-  probe.def_prop_ro("name", [](const BackendProbe& p) { return std::string(backend_name(p.backend)); })
+      m, "BackendInfo",
+      "One I/O backend: whether it was compiled in, whether it runs here, and if not why.");
+  probe
+      .def_prop_ro("name",
+                   [](const BackendProbe& p) { return std::string(backend_name(p.backend)); })
       .def_ro("built_in", &BackendProbe::built_in)
       .def_ro("available", &BackendProbe::available)
       .def_ro("reason", &BackendProbe::reason)
@@ -74,7 +82,8 @@ void bind_options(nb::module_& m) {
             .format(std::string(backend_name(p.backend)), p.built_in, p.available, p.reason);
       });
   auto probe_state = [](const BackendProbe& p) {
-    return std::make_tuple(std::string(backend_name(p.backend)), p.built_in, p.available, p.reason, p.fix);
+    return std::make_tuple(std::string(backend_name(p.backend)), p.built_in, p.available, p.reason,
+                           p.fix);
   };
   comparable(probe, probe_state, probe_state);
   m.def("probe_all_backends", [] {
@@ -92,7 +101,8 @@ void bind_options(nb::module_& m) {
       },
       "name"_a, "The backend `name` resolves to on this machine, and why.");
 
-  auto stats = nb::class_<IoStats>(m, "IoStats", "Counters of one handle's engine since it was created.");
+  auto stats =
+      nb::class_<IoStats>(m, "IoStats", "Counters of one handle's engine since it was created.");
   stats.def_ro("requests", &IoStats::requests)
       .def_ro("bytes_written", &IoStats::bytes_written)
       .def_ro("bytes_read", &IoStats::bytes_read)
@@ -103,25 +113,33 @@ void bind_options(nb::module_& m) {
       .def_ro("direct_fallbacks", &IoStats::direct_fallbacks)
       .def_ro("last_fallback_reason", &IoStats::last_fallback_reason)
       .def("__repr__", [](const IoStats& st) {
-        return nb::str("IoStats(requests={}, bytes_written={}, bytes_read={}, direct_bytes={}, buffered_bytes={}, "
-                       "bounce_bytes={}, short_transfers={}, direct_fallbacks={}, last_fallback_reason={!r})")
-            .format(st.requests, st.bytes_written, st.bytes_read, st.direct_bytes, st.buffered_bytes,
-                    st.bounce_bytes, st.short_transfers, st.direct_fallbacks, st.last_fallback_reason);
+        return nb::str(
+                   "IoStats(requests={}, bytes_written={}, bytes_read={}, direct_bytes={}, "
+                   "buffered_bytes={}, "
+                   "bounce_bytes={}, short_transfers={}, direct_fallbacks={}, "
+                   "last_fallback_reason={!r})")
+            .format(st.requests, st.bytes_written, st.bytes_read, st.direct_bytes,
+                    st.buffered_bytes, st.bounce_bytes, st.short_transfers, st.direct_fallbacks,
+                    st.last_fallback_reason);
       });
   auto stats_state = [](const IoStats& st) {
-    return std::make_tuple(st.requests, st.bytes_written, st.bytes_read, st.direct_bytes, st.buffered_bytes,
-                           st.bounce_bytes, st.short_transfers, st.direct_fallbacks, st.last_fallback_reason);
+    return std::make_tuple(st.requests, st.bytes_written, st.bytes_read, st.direct_bytes,
+                           st.buffered_bytes, st.bounce_bytes, st.short_transfers,
+                           st.direct_fallbacks, st.last_fallback_reason);
   };
   comparable(stats, stats_state, stats_state);
 
   auto mode = nb::class_<FileIoMode>(
-      m, "FileIoMode", "How the engine opens files in a folder: O_DIRECT or not (and why), alignment.");
+      m, "FileIoMode",
+      "How the engine opens files in a folder: O_DIRECT or not (and why), alignment.");
   mode.def_ro("direct", &FileIoMode::direct)
       .def_ro("fallback_reason", &FileIoMode::fallback_reason)
       .def_ro("offset_alignment", &FileIoMode::offset_alignment)
       .def_ro("memory_alignment", &FileIoMode::memory_alignment)
       .def("__repr__", [](const FileIoMode& f) {
-        return nb::str("FileIoMode(direct={}, fallback_reason={!r}, offset_alignment={}, memory_alignment={})")
+        return nb::str(
+                   "FileIoMode(direct={}, fallback_reason={!r}, offset_alignment={}, "
+                   "memory_alignment={})")
             .format(f.direct, f.fallback_reason, f.offset_alignment, f.memory_alignment);
       });
   auto mode_state = [](const FileIoMode& f) {

@@ -24,10 +24,12 @@ void bind_paths(nb::module_& m) {
 
   nb::class_<PathInfo>(m, "PathInfo")
       .def_ro("kind", &PathInfo::kind)
-      .def_prop_ro("path", [](const PathInfo& p) { return utf8_str(p.path); },
-                   "As given, except the checkpoint directory for a manifest.json.")
-      .def_prop_ro("error", [](const PathInfo& p) { return utf8_str(p.error); },
-                   "MISSING: why ('... does not exist', 'cannot examine ...').")
+      .def_prop_ro(
+          "path", [](const PathInfo& p) { return utf8_str(p.path); },
+          "As given, except the checkpoint directory for a manifest.json.")
+      .def_prop_ro(
+          "error", [](const PathInfo& p) { return utf8_str(p.error); },
+          "MISSING: why ('... does not exist', 'cannot examine ...').")
       .def_prop_ro(
           "name", [](const PathInfo& p) { return std::string(path_kind_name(p.kind)); },
           "'checkpoint', 'incomplete_checkpoint', 'root', 'safetensors', 'torch', 'other' or "

@@ -43,8 +43,8 @@ void bind_progress(nb::module_& m) {
           [](ProgressBar* self, std::string label, bool enabled, nb::object out,
              double min_interval) {
             if (out.is_none()) out = nb::module_::import_("sys").attr("stderr");
-            new (self) ProgressBar(std::move(label), enabled, python_sink(std::move(out)),
-                                   min_interval);
+            new (self)
+                ProgressBar(std::move(label), enabled, python_sink(std::move(out)), min_interval);
           },
           "label"_a, "enabled"_a, "out"_a = nb::none(), "min_interval"_a = 0.1,
           "Draws into `out` (a text stream; None: sys.stderr as it is now).")

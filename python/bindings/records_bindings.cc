@@ -30,8 +30,8 @@
 namespace fastpersist::python {
 namespace {
 
-using InfoState = std::tuple<std::string, std::optional<int64_t>, uint64_t, double, uint64_t, uint64_t, uint64_t,
-                             size_t, std::vector<std::string>>;
+using InfoState = std::tuple<std::string, std::optional<int64_t>, uint64_t, double, uint64_t,
+                             uint64_t, uint64_t, size_t, std::vector<std::string>>;
 
 InfoState info_state(const CheckpointInfo& c) {
   return {c.tag,         c.step,      c.sequence,    c.created_unix, c.tensor_bytes,
@@ -40,8 +40,8 @@ InfoState info_state(const CheckpointInfo& c) {
 
 CheckpointInfo info_of(const InfoState& st) {
   CheckpointInfo c;
-  std::tie(c.tag, c.step, c.sequence, c.created_unix, c.tensor_bytes, c.total_bytes, c.own_bytes, c.num_tensors,
-           c.references) = st;
+  std::tie(c.tag, c.step, c.sequence, c.created_unix, c.tensor_bytes, c.total_bytes, c.own_bytes,
+           c.num_tensors, c.references) = st;
   return c;
 }
 
@@ -60,17 +60,23 @@ struct TierStatusRecord {
   std::string last_error;
 };
 
-using TierStatusState = std::tuple<std::string, std::string, std::vector<std::string>, std::string, uint64_t,
-                                   uint64_t, double, std::string>;
+using TierStatusState = std::tuple<std::string, std::string, std::vector<std::string>, std::string,
+                                   uint64_t, uint64_t, double, std::string>;
 
 TierStatusState tier_state(const TierStatusRecord& t) {
-  return {t.path, t.draining, t.waiting, t.last_drained, t.checkpoints_drained, t.bytes_drained,
-          t.seconds_draining, t.last_error};
+  return {t.path,          t.draining,         t.waiting,   t.last_drained, t.checkpoints_drained,
+          t.bytes_drained, t.seconds_draining, t.last_error};
 }
 
 TierStatusRecord tier_record(const TierState& t) {
-  return {t.path,          t.draining,         t.waiting,          t.last_drained, t.checkpoints_drained,
-          t.bytes_drained, t.seconds_draining, t.last_error.is_ok() ? std::string() : t.last_error.to_string()};
+  return {t.path,
+          t.draining,
+          t.waiting,
+          t.last_drained,
+          t.checkpoints_drained,
+          t.bytes_drained,
+          t.seconds_draining,
+          t.last_error.is_ok() ? std::string() : t.last_error.to_string()};
 }
 
 using PlaceState = std::tuple<InfoState, std::vector<std::string>, bool>;
@@ -84,8 +90,8 @@ struct CheckpointListing {
 
 void bind_records(nb::module_& m) {
   using namespace nb::literals;
-  auto info = nb::class_<CheckpointInfo>(m, "CheckpointInfo",
-                                         "A committed checkpoint as CheckpointManager.checkpoints() lists it.");
+  auto info = nb::class_<CheckpointInfo>(
+      m, "CheckpointInfo", "A committed checkpoint as CheckpointManager.checkpoints() lists it.");
   info.def_ro("tag", &CheckpointInfo::tag)
       .def_ro("step", &CheckpointInfo::step)
       .def_ro("sequence", &CheckpointInfo::sequence)
@@ -98,28 +104,38 @@ void bind_records(nb::module_& m) {
       .def_ro("num_tensors", &CheckpointInfo::num_tensors)
       .def_prop_ro(
           "references", [](const CheckpointInfo& c) { return str_tuple(c.references); },
-          "The checkpoints whose files this one references: an incremental checkpoint's base (empty "
+          "The checkpoints whose files this one references: an incremental checkpoint's base "
+          "(empty "
           "for a full checkpoint). Retention and remove never delete a referenced base.")
       .def_prop_ro(
           "incremental", [](const CheckpointInfo& c) { return !c.references.empty(); },
           "Whether it references a base.")
       .def("__getstate__", [](const CheckpointInfo& c) { return info_state(c); })
-      .def("__setstate__", [](CheckpointInfo& c, const InfoState& st) { new (&c) CheckpointInfo(info_of(st)); })
+      .def("__setstate__",
+           [](CheckpointInfo& c, const InfoState& st) { new (&c) CheckpointInfo(info_of(st)); })
       .def("__repr__", [](const CheckpointInfo& c) {
-        return nb::str("CheckpointInfo(tag={!r}, step={!r}, sequence={}, tensor_bytes={}, references={!r})")
+        return nb::str(
+                   "CheckpointInfo(tag={!r}, step={!r}, sequence={}, tensor_bytes={}, "
+                   "references={!r})")
             .format(c.tag, c.step, c.sequence, c.tensor_bytes, str_tuple(c.references));
       });
-  comparable(info, info_state, [](const CheckpointInfo& c) { return std::make_pair(c.tag, c.sequence); });
+  comparable(info, info_state,
+             [](const CheckpointInfo& c) { return std::make_pair(c.tag, c.sequence); });
 
   auto place = nb::class_<CheckpointPlace>(
-      m, "CheckpointLocation", "A committed checkpoint and every root that holds it, the local root first.");
+      m, "CheckpointLocation",
+      "A committed checkpoint and every root that holds it, the local root first.");
   place.def_prop_ro("tag", [](const CheckpointPlace& p) { return p.info.tag; })
       .def_prop_ro("step", [](const CheckpointPlace& p) { return p.info.step; })
       .def_prop_ro("created_unix", [](const CheckpointPlace& p) { return p.info.created_unix; })
-      .def_prop_ro("info", [](const CheckpointPlace& p) { return p.info; }, "The checkpoint, as the first root lists it.")
+      .def_prop_ro(
+          "info", [](const CheckpointPlace& p) { return p.info; },
+          "The checkpoint, as the first root lists it.")
       .def_prop_ro("roots", [](const CheckpointPlace& p) { return str_tuple(p.roots); })
       .def_ro("local", &CheckpointPlace::local, "Whether roots[0] is the local root.")
-      .def("__getstate__", [](const CheckpointPlace& p) { return PlaceState(info_state(p.info), p.roots, p.local); })
+      .def(
+          "__getstate__",
+          [](const CheckpointPlace& p) { return PlaceState(info_state(p.info), p.roots, p.local); })
       .def("__setstate__",
            [](CheckpointPlace& p, const PlaceState& st) {
              new (&p) CheckpointPlace{info_of(std::get<0>(st)), std::get<1>(st), std::get<2>(st)};
@@ -129,17 +145,20 @@ void bind_records(nb::module_& m) {
             .format(p.info.tag, p.info.step, str_tuple(p.roots), p.local);
       });
   comparable(
-      place, [](const CheckpointPlace& p) { return PlaceState(info_state(p.info), p.roots, p.local); },
+      place,
+      [](const CheckpointPlace& p) { return PlaceState(info_state(p.info), p.roots, p.local); },
       [](const CheckpointPlace& p) { return std::make_pair(p.info.tag, p.info.sequence); });
 
-  auto tier = nb::class_<TierStatusRecord>(m, "TierStatus", "Where one tier stands (CheckpointManager.tier_status()).");
+  auto tier = nb::class_<TierStatusRecord>(
+      m, "TierStatus", "Where one tier stands (CheckpointManager.tier_status()).");
   tier.def_prop_ro("path", [](const TierStatusRecord& t) { return utf8_str(t.path); })
       .def_ro("draining", &TierStatusRecord::draining, "The tag being copied now (\"\" when idle).")
       .def_prop_ro(
           "waiting", [](const TierStatusRecord& t) { return str_tuple(t.waiting); },
           "Selected for the tier, not yet there, oldest first.")
       .def_ro("last_drained", &TierStatusRecord::last_drained)
-      .def_ro("checkpoints_drained", &TierStatusRecord::checkpoints_drained, "Since the manager opened.")
+      .def_ro("checkpoints_drained", &TierStatusRecord::checkpoints_drained,
+              "Since the manager opened.")
       .def_ro("bytes_drained", &TierStatusRecord::bytes_drained)
       .def_ro("seconds_draining", &TierStatusRecord::seconds_draining)
       .def_prop_ro(
@@ -149,8 +168,8 @@ void bind_records(nb::module_& m) {
       .def("__setstate__",
            [](TierStatusRecord& t, const TierStatusState& st) {
              new (&t) TierStatusRecord();
-             std::tie(t.path, t.draining, t.waiting, t.last_drained, t.checkpoints_drained, t.bytes_drained,
-                      t.seconds_draining, t.last_error) = st;
+             std::tie(t.path, t.draining, t.waiting, t.last_drained, t.checkpoints_drained,
+                      t.bytes_drained, t.seconds_draining, t.last_error) = st;
            })
       .def("__repr__", [](const TierStatusRecord& t) {
         return nb::str("TierStatus(path={!r}, draining={!r}, waiting={!r}, last_error={!r})")
@@ -159,7 +178,8 @@ void bind_records(nb::module_& m) {
   comparable(tier, tier_state, [](const TierStatusRecord& t) { return t.path; });
 
   using ListingState = std::pair<std::vector<InfoState>, std::vector<std::string>>;
-  nb::class_<CheckpointListing>(m, "CheckpointListing", "A root's committed checkpoints and damaged directories.")
+  nb::class_<CheckpointListing>(m, "CheckpointListing",
+                                "A root's committed checkpoints and damaged directories.")
       .def_ro("committed", &CheckpointListing::committed, "Oldest to newest.")
       .def_prop_ro(
           "damaged", [](const CheckpointListing& l) { return utf8_list(l.damaged); },
@@ -186,31 +206,38 @@ void bind_records(nb::module_& m) {
       .def("__getstate__",
            [](const CheckpointLocations& l) {
              LocationsState st;
-             for (const CheckpointPlace& p : l.places) st.first.emplace_back(info_state(p.info), p.roots, p.local);
+             for (const CheckpointPlace& p : l.places)
+               st.first.emplace_back(info_state(p.info), p.roots, p.local);
              st.second = l.unreachable;
              return st;
            })
       .def("__setstate__", [](CheckpointLocations& l, const LocationsState& st) {
         new (&l) CheckpointLocations();
         for (const PlaceState& p : st.first) {
-          l.places.push_back(CheckpointPlace{info_of(std::get<0>(p)), std::get<1>(p), std::get<2>(p)});
+          l.places.push_back(
+              CheckpointPlace{info_of(std::get<0>(p)), std::get<1>(p), std::get<2>(p)});
         }
         l.unreachable = st.second;
       });
 
-  nb::class_<PruneOutcome>(m, "PruneOutcome", "What CheckpointManager.prune removed, and what failed verification.")
+  nb::class_<PruneOutcome>(m, "PruneOutcome",
+                           "What CheckpointManager.prune removed, and what failed verification.")
       .def_prop_ro("removed", [](const PruneOutcome& o) { return utf8_list(o.removed); })
       .def_prop_ro("damaged", [](const PruneOutcome& o) { return utf8_list(o.damaged); })
-      .def("__getstate__", [](const PruneOutcome& o) { return std::make_pair(o.removed, o.damaged); })
-      .def("__setstate__", [](PruneOutcome& o, const std::pair<std::vector<std::string>, std::vector<std::string>>& st) {
-        new (&o) PruneOutcome{st.first, st.second};
-      });
+      .def("__getstate__",
+           [](const PruneOutcome& o) { return std::make_pair(o.removed, o.damaged); })
+      .def("__setstate__",
+           [](PruneOutcome& o,
+              const std::pair<std::vector<std::string>, std::vector<std::string>>& st) {
+             new (&o) PruneOutcome{st.first, st.second};
+           });
 
   m.def(
       "list_checkpoints",
       [](const std::string& root) {
         CheckpointListing out;
-        out.committed = unwrap(without_gil([&] { return fastpersist::list_checkpoints(root, &out.damaged); }));
+        out.committed =
+            unwrap(without_gil([&] { return fastpersist::list_checkpoints(root, &out.damaged); }));
         return out;
       },
       "root"_a);

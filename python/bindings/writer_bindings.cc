@@ -26,10 +26,11 @@ class PyFastFileWriter {
  public:
   PyFastFileWriter(const std::string& path, const EngineOptions& engine_options,
                    const FastFileWriterOptions& options) {
-    Result<std::unique_ptr<FastFileWriter>> w = without_gil([&]() -> Result<std::unique_ptr<FastFileWriter>> {
-      FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
-      return FastFileWriter::open(path, options, std::shared_ptr<IoEngine>(std::move(engine)));
-    });
+    Result<std::unique_ptr<FastFileWriter>> w =
+        without_gil([&]() -> Result<std::unique_ptr<FastFileWriter>> {
+          FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
+          return FastFileWriter::open(path, options, std::shared_ptr<IoEngine>(std::move(engine)));
+        });
     writer_ = unwrap(std::move(w));
   }
 
@@ -46,8 +47,15 @@ class PyFastFileWriter {
     return b.nbytes;
   }
 
-  void close() { check(without_gil([&] { return writer_->close(); })); }
-  void abort() { without_gil([&] { writer_->abort(); return 0; }); }
+  void close() {
+    check(without_gil([&] { return writer_->close(); }));
+  }
+  void abort() {
+    without_gil([&] {
+      writer_->abort();
+      return 0;
+    });
+  }
   FastFileWriter& get() { return *writer_; }
 
  private:
@@ -122,7 +130,8 @@ void bind_writer(nb::module_& m) {
       "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
       "object, not memory-locked) that supports the buffer protocol.");
 
-  nb::class_<StaleFileReport>(m, "StaleFiles", "What clean_stale_temp_files found in one folder (stale_files.h).")
+  nb::class_<StaleFileReport>(m, "StaleFiles",
+                              "What clean_stale_temp_files found in one folder (stale_files.h).")
       .def_prop_ro(
           "removed", [](const StaleFileReport& r) { return utf8_list(r.removed); },
           "Temporaries of dead writers that were removed (would be, with dry_run).")
@@ -136,14 +145,18 @@ void bind_writer(nb::module_& m) {
           "failed",
           [](const StaleFileReport& r) {
             nb::list out;
-            for (const auto& [path, why] : r.failed) out.append(nb::make_tuple(utf8_str(path), utf8_str(why)));
+            for (const auto& [path, why] : r.failed)
+              out.append(nb::make_tuple(utf8_str(path), utf8_str(why)));
             return out;
           },
           "(path, reason) for each temporary-looking entry that could not be removed.")
-      .def_ro("removed_bytes", &StaleFileReport::removed_bytes, "Disk space the removed temporaries held.")
+      .def_ro("removed_bytes", &StaleFileReport::removed_bytes,
+              "Disk space the removed temporaries held.")
       .def("__repr__", [](const StaleFileReport& r) {
-        return nb::str("StaleFiles(removed={}, in_use={}, too_recent={}, failed={}, removed_bytes={})")
-            .format(r.removed.size(), r.in_use.size(), r.too_recent.size(), r.failed.size(), r.removed_bytes);
+        return nb::str(
+                   "StaleFiles(removed={}, in_use={}, too_recent={}, failed={}, removed_bytes={})")
+            .format(r.removed.size(), r.in_use.size(), r.too_recent.size(), r.failed.size(),
+                    r.removed_bytes);
       });
 
   // Read-only: the defaults `remove_stale_temp_files` applies to arguments left at None.

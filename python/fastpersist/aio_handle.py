@@ -406,9 +406,9 @@ class AioHandle:
             pin = fn(buffer, target, offset)
         elif validate:
             if is_write:
-                _, pin = h.pwrite(buffer, target, True, True, offset, bool(truncate))
+                pin = h.pwrite(buffer, target, True, True, offset, bool(truncate)).pin
             else:
-                _, pin = h.pread(buffer, target, True, True, offset)
+                pin = h.pread(buffer, target, True, True, offset).pin
         elif is_write:
             pin = h.async_pwrite(buffer, target, offset, bool(truncate))
         else:
@@ -433,8 +433,8 @@ class AioHandle:
         with self._keepalive.drain(collects_pending=False):
             if validate:
                 if is_write:
-                    return h.pwrite(buffer, target, True, False, offset, bool(truncate))[0]
-                return h.pread(buffer, target, True, False, offset)[0]
+                    return h.pwrite(buffer, target, True, False, offset, bool(truncate)).completed
+                return h.pread(buffer, target, True, False, offset).completed
             if is_write:
                 return h.sync_pwrite(buffer, target, offset, bool(truncate))
             return h.sync_pread(buffer, target, offset)

@@ -105,10 +105,9 @@ Status start_copy(void* dst, const void* src, size_t bytes, int kind, int device
   FP_RETURN_IF_ERROR(thread_streams().stream_for(device, &stream));
   const char* what = kind == kCudaMemcpyDeviceToHost ? "device-to-host" : "host-to-device";
   if (int rc = cuda_runtime().memcpy_async(dst, src, bytes, kind, stream); rc != kCudaSuccess) {
-    return cuda_error(StatusCode::kIoError, rc,
-                      std::string(what) + " copy of " + std::to_string(bytes) +
-                          " bytes failed to start",
-                      device);
+    return cuda_error(
+        StatusCode::kIoError, rc,
+        std::string(what) + " copy of " + std::to_string(bytes) + " bytes failed to start", device);
   }
   return Status::ok();
 }

@@ -44,12 +44,13 @@ void warn_unlocked_once(size_t bytes, int err) {
   ::getrlimit(RLIMIT_MEMLOCK, &lim);
   std::string limit = lim.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
                                                     : std::to_string(lim.rlim_cur >> 10) + " KiB";
-  std::fprintf(stderr,
-               "fastpersist: warning: cannot lock %zu bytes of buffer memory (%s; RLIMIT_MEMLOCK is "
-               "%s); using unlocked page-aligned memory, which works but may be paged out. Raise the "
-               "limit with `ulimit -l unlimited` or LimitMEMLOCK=infinity. This warning is shown "
-               "once.\n",
-               bytes, std::strerror(err), limit.c_str());
+  std::fprintf(
+      stderr,
+      "fastpersist: warning: cannot lock %zu bytes of buffer memory (%s; RLIMIT_MEMLOCK is "
+      "%s); using unlocked page-aligned memory, which works but may be paged out. Raise the "
+      "limit with `ulimit -l unlimited` or LimitMEMLOCK=infinity. This warning is shown "
+      "once.\n",
+      bytes, std::strerror(err), limit.c_str());
 }
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
@@ -90,9 +91,11 @@ Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes, bool lock_memory, bool
   // pages took 4x longer than the 4 KiB allocation and, for reads, more than it saved.
   const bool huge = lock_memory && b.capacity_ >= kHugePageBytes && b.capacity_ <= kMaxHugeBytes;
   void* p = huge ? map_huge_aligned(b.capacity_)
-                 : ::mmap(nullptr, b.capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                 : ::mmap(nullptr, b.capacity_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                          -1, 0);
   if (p == MAP_FAILED) {
-    return Status::from_errno(errno, "cannot map " + std::to_string(b.capacity_) + " bytes of memory");
+    return Status::from_errno(errno,
+                              "cannot map " + std::to_string(b.capacity_) + " bytes of memory");
   }
   b.data_ = static_cast<std::byte*>(p);
   if (huge) (void)::madvise(p, b.capacity_, MADV_HUGEPAGE);  // advice only: fine if refused
@@ -117,8 +120,9 @@ Status PinnedBuffer::register_with_cuda() {
     // Clear the thread's last CUDA error, or torch's next launch check on this thread would
     // report it as its own.
     (void)cuda.get_last_error();
-    return Status(StatusCode::kUnavailable, std::string("cudaHostRegister failed: ") +
-                                                (cuda.get_error_string(rc) ? cuda.get_error_string(rc) : "?"));
+    return Status(StatusCode::kUnavailable,
+                  std::string("cudaHostRegister failed: ") +
+                      (cuda.get_error_string(rc) ? cuda.get_error_string(rc) : "?"));
   }
   cuda_registered_ = true;
   return Status::ok();

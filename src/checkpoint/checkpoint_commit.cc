@@ -5,7 +5,6 @@
 #include <set>
 #include <utility>
 
-
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_state.h"
 #include "checkpoint/commit_steps.h"
@@ -49,8 +48,8 @@ Status check_commit(const CheckpointCommit::State& s, const Manifest& m) {
   auto decoded = decode_manifest(encode_manifest(m), join_path(s.directory, kManifestFileName));
   if (!decoded.is_ok()) {
     return Status(StatusCode::kInvalidArgument,
-                  "the records of checkpoint '" + s.tag + "' do not form a valid manifest: " +
-                      decoded.status().message());
+                  "the records of checkpoint '" + s.tag +
+                      "' do not form a valid manifest: " + decoded.status().message());
   }
   FP_ASSIGN_OR_RETURN(std::vector<std::string> present, checkpoint::list_dir(s.directory));
   std::set<std::string, std::less<>> listed;
@@ -83,7 +82,8 @@ const Status& CheckpointCommit::retention_error() const { return state_->retenti
 Status CheckpointCommit::commit(CommitContent content) {
   State& s = *state_;
   if (s.finished) {
-    return Status(StatusCode::kInvalidArgument, "checkpoint '" + s.tag + "' was already committed or aborted");
+    return Status(StatusCode::kInvalidArgument,
+                  "checkpoint '" + s.tag + "' was already committed or aborted");
   }
   std::shared_ptr<const Manifest> committed;
   Status outcome = [&]() -> Status {
@@ -127,7 +127,8 @@ Result<ManifestFile> write_sidecar_file(const std::string& directory, const std:
                                         std::optional<uint32_t> rank) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos) {
-    return Status(StatusCode::kInvalidArgument, "a sidecar file needs a plain file name, not '" + name + "'");
+    return Status(StatusCode::kInvalidArgument,
+                  "a sidecar file needs a plain file name, not '" + name + "'");
   }
   FP_RETURN_IF_ERROR(checkpoint::write_new_file(join_path(directory, name), bytes, durable));
   ManifestFile f;

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "checkpoint/checkpoint_fs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <dirent.h>
-#include <stdio.h>
 
 #include <atomic>
 #include <cerrno>
@@ -27,8 +27,10 @@ std::string join_path(const std::string& dir, std::string_view name) {
 
 Status fsync_dir(const std::string& dir) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open directory to fsync it").with_path(dir);
-  if (::fsync(fd.get()) != 0) return Status::from_errno(errno, "fsync of directory failed").with_path(dir);
+  if (!fd.valid())
+    return Status::from_errno(errno, "cannot open directory to fsync it").with_path(dir);
+  if (::fsync(fd.get()) != 0)
+    return Status::from_errno(errno, "fsync of directory failed").with_path(dir);
   return Status::ok();
 }
 
@@ -40,10 +42,14 @@ Status write_all(int fd, std::string_view bytes, const std::string& path) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::from_errno(errno, "write failed").with_path(path).with_range(done, bytes.size() - done);
+      return Status::from_errno(errno, "write failed")
+          .with_path(path)
+          .with_range(done, bytes.size() - done);
     }
     if (n == 0) {
-      return Status(StatusCode::kIoError, "write made no progress").with_path(path).with_range(done, bytes.size() - done);
+      return Status(StatusCode::kIoError, "write made no progress")
+          .with_path(path)
+          .with_range(done, bytes.size() - done);
     }
     done += static_cast<size_t>(n);
   }
@@ -55,7 +61,8 @@ Status write_all(int fd, std::string_view bytes, const std::string& path) {
 Status write_new_file(const std::string& path, std::string_view bytes, bool durable) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd.valid()) {
-    if (errno == EEXIST) return Status(StatusCode::kAlreadyExists, "the file already exists", EEXIST).with_path(path);
+    if (errno == EEXIST)
+      return Status(StatusCode::kAlreadyExists, "the file already exists", EEXIST).with_path(path);
     return Status::from_errno(errno, "cannot create file").with_path(path);
   }
   FP_RETURN_IF_ERROR(write_all(fd.get(), bytes, path));
@@ -119,7 +126,8 @@ int remove_entry(const char* path, const struct stat*, int type, struct FTW*) {
 Status remove_tree(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
-    return errno == ENOENT ? Status::ok() : Status::from_errno(errno, "cannot stat").with_path(path);
+    return errno == ENOENT ? Status::ok()
+                           : Status::from_errno(errno, "cannot stat").with_path(path);
   }
   if (!S_ISDIR(st.st_mode)) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -151,13 +159,16 @@ Result<std::vector<std::string>> list_dir(const std::string& dir) {
 
 Result<uint64_t> file_size(const std::string& path) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return Status::from_errno(errno, "cannot stat file").with_path(path);
+  if (::lstat(path.c_str(), &st) != 0)
+    return Status::from_errno(errno, "cannot stat file").with_path(path);
   if (S_ISLNK(st.st_mode)) {
-    return Status(StatusCode::kDataLoss, "a symbolic link, which a checkpoint never holds (refused: "
-                                         "it could lead out of the checkpoint root)")
+    return Status(StatusCode::kDataLoss,
+                  "a symbolic link, which a checkpoint never holds (refused: "
+                  "it could lead out of the checkpoint root)")
         .with_path(path);
   }
-  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kDataLoss, "not a regular file").with_path(path);
+  if (!S_ISREG(st.st_mode))
+    return Status(StatusCode::kDataLoss, "not a regular file").with_path(path);
   return static_cast<uint64_t>(st.st_size);
 }
 

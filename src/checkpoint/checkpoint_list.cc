@@ -33,7 +33,8 @@ CheckpointInfo info_of(const std::string& tag, const Manifest& m) {
   return info;
 }
 
-DamagedCheckpoint damaged_of(const std::string& tag, std::string reason, const Result<Manifest>& m) {
+DamagedCheckpoint damaged_of(const std::string& tag, std::string reason,
+                             const Result<Manifest>& m) {
   DamagedCheckpoint d{tag, std::move(reason), std::nullopt, std::nullopt, {}};
   if (m.is_ok()) {
     d.sequence = m->sequence;
@@ -88,9 +89,12 @@ Result<RootScan> scan_root(const std::string& root) {
       // make readers (and a reference from another checkpoint) read outside the root.
       struct stat target {};
       if (::stat(dir.c_str(), &target) == 0 && S_ISDIR(target.st_mode)) {
-        scan.damaged.push_back({name, "a symbolic link to a directory, which fastpersist does "
-                                      "not follow inside a root (refused: it could lead out of it)",
-                                std::nullopt, std::nullopt, {}});
+        scan.damaged.push_back({name,
+                                "a symbolic link to a directory, which fastpersist does "
+                                "not follow inside a root (refused: it could lead out of it)",
+                                std::nullopt,
+                                std::nullopt,
+                                {}});
       }
       continue;
     }
@@ -105,9 +109,10 @@ Result<RootScan> scan_root(const std::string& root) {
     }
     scan.damaged.push_back(damaged_of(name, files.to_string(), m));
   }
-  std::sort(scan.committed.begin(), scan.committed.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
-    return a.sequence != b.sequence ? a.sequence < b.sequence : a.tag < b.tag;
-  });
+  std::sort(scan.committed.begin(), scan.committed.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) {
+              return a.sequence != b.sequence ? a.sequence < b.sequence : a.tag < b.tag;
+            });
   return scan;
 }
 
@@ -117,7 +122,8 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root,
                                                      std::vector<std::string>* skipped) {
   FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
   if (skipped != nullptr) {
-    for (const checkpoint::DamagedCheckpoint& d : scan.damaged) skipped->push_back(d.tag + ": " + d.reason);
+    for (const checkpoint::DamagedCheckpoint& d : scan.damaged)
+      skipped->push_back(d.tag + ": " + d.reason);
   }
   return std::move(scan.committed);
 }

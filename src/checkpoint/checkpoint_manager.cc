@@ -6,30 +6,30 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <string>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "checkpoint/checkpoint_fs.h"
-#include "common/guarded.h"
-#include "checkpoint/incremental.h"
 #include "checkpoint/commit_state.h"
+#include "checkpoint/incremental.h"
 #include "checkpoint/materialize.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/retention.h"
-#include "checkpoint/root_scan.h"
 #include "checkpoint/root_lock.h"
+#include "checkpoint/root_scan.h"
 #include "checkpoint/save_job.h"
 #include "checkpoint/tier_drain.h"
+#include "common/guarded.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"
@@ -53,11 +53,14 @@ struct CheckpointManager::Impl : CommitHost {
   // CommitHost: what a CheckpointCommit this manager began needs.
   Result<uint64_t> take_sequence() override {
     std::lock_guard lock(mu);
-    if (closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(root);
+    if (closed)
+      return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed")
+          .with_path(root);
     return next_sequence++;
   }
   std::mutex& pointer_mutex() override { return pointer_mu; }
-  Status after_commit(const std::string& tag, const std::shared_ptr<const Manifest>& manifest) override {
+  Status after_commit(const std::string& tag,
+                      const std::shared_ptr<const Manifest>& manifest) override {
     {
       std::lock_guard lock(mu);
       note_committed_locked(tag, manifest);
@@ -77,7 +80,8 @@ struct CheckpointManager::Impl : CommitHost {
   static Status retention_failure(const std::string& tag, const Status& st) {
     return Status(st.code(),
                   "checkpoint '" + tag +
-                      "' is committed, but removing older ones failed (retried after the next save): " +
+                      "' is committed, but removing older ones failed (retried after the next "
+                      "save): " +
                       st.message(),
                   st.sys_errno())
         .with_path(st.path());
@@ -114,7 +118,9 @@ struct CheckpointManager::Impl : CommitHost {
       job.state->mark_started();
       uint64_t bytes = 0;
       std::shared_ptr<const Manifest> committed;
-      Status st = run_guarded("a save", [&] { return checkpoint::run_save_job(job, options, *writer, &bytes, &committed); });
+      Status st = run_guarded("a save", [&] {
+        return checkpoint::run_save_job(job, options, *writer, &bytes, &committed);
+      });
       {
         std::lock_guard l(mu);
         if (st.is_ok()) note_committed_locked(job.tag, committed);
@@ -163,10 +169,12 @@ struct CheckpointManager::Impl : CommitHost {
   // Incremental saves: `tag` committed with `manifest` (a save's or a commit's). A full one that
   // recorded digests becomes the base of the next saves; one that references the base counts
   // towards full_every.
-  void note_committed_locked(const std::string& tag, const std::shared_ptr<const Manifest>& manifest) {
+  void note_committed_locked(const std::string& tag,
+                             const std::shared_ptr<const Manifest>& manifest) {
     if (!options.incremental || !manifest) return;
-    const bool references = std::any_of(manifest->files.begin(), manifest->files.end(),
-                                        [](const ManifestFile& f) { return !referenced_checkpoint(f).empty(); });
+    const bool references =
+        std::any_of(manifest->files.begin(), manifest->files.end(),
+                    [](const ManifestFile& f) { return !referenced_checkpoint(f).empty(); });
     if (!references) {
       const bool hashed = std::any_of(manifest->tensors.begin(), manifest->tensors.end(),
                                       [](const ManifestTensor& t) { return t.digest.has_value(); });
@@ -178,7 +186,8 @@ struct CheckpointManager::Impl : CommitHost {
     // XOR deltas are sized only once written: one larger than half its base says the base has
     // aged, so the next save is full (a fresh base).
     if (options.xor_deltas && base.manifest &&
-        2 * checkpoint::own_stored_bytes(*manifest) > checkpoint::own_stored_bytes(*base.manifest)) {
+        2 * checkpoint::own_stored_bytes(*manifest) >
+            checkpoint::own_stored_bytes(*base.manifest)) {
       saves_since_base = options.full_every;
     }
   }
@@ -189,8 +198,9 @@ struct CheckpointManager::Impl : CommitHost {
   void find_base(const checkpoint::RootScan& scan) {
     if (!options.incremental || scan.committed.empty()) return;
     const CheckpointInfo& newest = scan.committed.back();
-    std::string tag = newest.references.empty() ? newest.tag
-                      : newest.references.size() == 1 ? newest.references.front() : "";
+    std::string tag = newest.references.empty()       ? newest.tag
+                      : newest.references.size() == 1 ? newest.references.front()
+                                                      : "";
     auto it = std::find_if(scan.committed.begin(), scan.committed.end(),
                            [&](const CheckpointInfo& c) { return c.tag == tag; });
     if (it == scan.committed.end() || !it->references.empty()) return;
@@ -204,17 +214,19 @@ struct CheckpointManager::Impl : CommitHost {
     const std::string_view algorithm = options.checksums ? kChecksumAlgorithm : kNoChecksum;
     if (m->checksum_algorithm != algorithm) return;
     base = {tag, std::make_shared<const Manifest>(std::move(m).value()), false};
-    saves_since_base = static_cast<unsigned>(std::count_if(
-        scan.committed.begin(), scan.committed.end(),
-        [&](const CheckpointInfo& c) { return c.sequence > it->sequence; }));
+    saves_since_base = static_cast<unsigned>(
+        std::count_if(scan.committed.begin(), scan.committed.end(),
+                      [&](const CheckpointInfo& c) { return c.sequence > it->sequence; }));
   }
 
   // Why `tag` cannot be removed now ("" when it can): a save in progress or the base an
   // incremental save is comparing against (under mu).
   std::string busy_reason_locked(const std::string& tag) const {
-    if (pending_tags.count(tag) != 0) return "checkpoint '" + tag + "' is being saved; wait for it first";
+    if (pending_tags.count(tag) != 0)
+      return "checkpoint '" + tag + "' is being saved; wait for it first";
     if (bases_in_use.count(tag) != 0) {
-      return "checkpoint '" + tag + "' is the base of an incremental save in progress; wait for it first";
+      return "checkpoint '" + tag +
+             "' is the base of an incremental save in progress; wait for it first";
     }
     return drainer ? drainer->pin_reason(tag) : "";
   }
@@ -226,11 +238,12 @@ struct CheckpointManager::Impl : CommitHost {
     if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return Status(StatusCode::kNotFound, "no checkpoint '" + tag + "'", ENOENT).with_path(dir);
     }
-    std::string trash = join_path(root, std::string(kTrashDirPrefix) + tag + "-" +
-                                            checkpoint::unique_suffix());
+    std::string trash =
+        join_path(root, std::string(kTrashDirPrefix) + tag + "-" + checkpoint::unique_suffix());
     // Renamed first, so the tag vanishes at once and a half-removed tree is never listed.
     if (::rename(dir.c_str(), trash.c_str()) != 0) {
-      return Status::from_errno(errno, "cannot move checkpoint '" + tag + "' aside to remove it").with_path(dir);
+      return Status::from_errno(errno, "cannot move checkpoint '" + tag + "' aside to remove it")
+          .with_path(dir);
     }
     if (options.durable) FP_RETURN_IF_ERROR(checkpoint::fsync_dir(root));
     Status repointed = repoint_latest_after_removal({tag});
@@ -262,7 +275,8 @@ struct CheckpointManager::Impl : CommitHost {
       return Status::ok();
     }
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
-    if (!scan.committed.empty()) return repair_latest_pointer(root, scan.committed, options.durable);
+    if (!scan.committed.empty())
+      return repair_latest_pointer(root, scan.committed, options.durable);
     std::string path = join_path(root, kLatestFileName);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       return Status::from_errno(errno, "cannot remove the 'latest' pointer").with_path(path);
@@ -281,7 +295,9 @@ struct CheckpointManager::Impl : CommitHost {
     FP_ASSIGN_OR_RETURN(checkpoint::RootScan scan, checkpoint::scan_root(root));
     if (options.retention_by_creation) {
       std::stable_sort(scan.committed.begin(), scan.committed.end(),
-                       [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.created_unix < b.created_unix; });
+                       [](const CheckpointInfo& a, const CheckpointInfo& b) {
+                         return a.created_unix < b.created_unix;
+                       });
     }
     if (verify && keep_last) {
       std::vector<std::string> found = checkpoint::demote_damaged(&scan, *keep_last, root, *engine);
@@ -296,7 +312,9 @@ struct CheckpointManager::Impl : CommitHost {
     // an older checkpoint would have gone in its place. It stays, with what it references.
     {
       std::lock_guard l(mu);
-      auto in_flight = [&](const CheckpointInfo& c) { return c.tag != keep_tag && pending_tags.count(c.tag) != 0; };
+      auto in_flight = [&](const CheckpointInfo& c) {
+        return c.tag != keep_tag && pending_tags.count(c.tag) != 0;
+      };
       for (const CheckpointInfo& c : scan.committed) {
         if (in_flight(c)) referenced_by_staying.insert(c.references.begin(), c.references.end());
       }
@@ -312,10 +330,12 @@ struct CheckpointManager::Impl : CommitHost {
     }
     std::unordered_map<std::string, const std::vector<std::string>*> references;
     for (const CheckpointInfo& c : scan.committed) references.emplace(c.tag, &c.references);
-    for (const checkpoint::DamagedCheckpoint& d : scan.damaged) references.emplace(d.tag, &d.references);
+    for (const checkpoint::DamagedCheckpoint& d : scan.damaged)
+      references.emplace(d.tag, &d.references);
     auto stays = [&](const std::string& tag) {
       auto it = references.find(tag);
-      if (it != references.end()) referenced_by_staying.insert(it->second->begin(), it->second->end());
+      if (it != references.end())
+        referenced_by_staying.insert(it->second->begin(), it->second->end());
     };
     std::vector<std::string> removed;
     Status first_error;
@@ -350,8 +370,8 @@ struct CheckpointManager::Impl : CommitHost {
       for (const std::string& tag : removed) others += (others.empty() ? "" : ", ") + tag;
       return Status(first_error.code(),
                     std::to_string(failed) + " old checkpoint(s) could not be removed" +
-                        (others.empty() ? "" : " (removed: " + others + ")") + "; first: " +
-                        first_error.message(),
+                        (others.empty() ? "" : " (removed: " + others + ")") +
+                        "; first: " + first_error.message(),
                     first_error.sys_errno())
           .with_path(first_error.path());
     }
@@ -463,7 +483,8 @@ Status create_root(const std::string& root, bool durable) {
   std::error_code mkdir_error;
   fs::create_directories(root, mkdir_error);  // parents too, like `mkdir -p`
   if (mkdir_error) {
-    return Status::from_errno(mkdir_error.value(), "cannot create the checkpoint root").with_path(root);
+    return Status::from_errno(mkdir_error.value(), "cannot create the checkpoint root")
+        .with_path(root);
   }
   if (!durable) return Status::ok();
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
@@ -474,16 +495,19 @@ Status create_root(const std::string& root, bool durable) {
 
 }  // namespace
 
-Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::string& root,
-                                                                   const CheckpointOptions& options) {
+Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(
+    const std::string& root, const CheckpointOptions& options) {
   if (root.empty()) return Status(StatusCode::kInvalidArgument, "checkpoint root is empty");
   FP_RETURN_IF_ERROR(options.validate());
-  if (options.max_in_flight == 0) return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
+  if (options.max_in_flight == 0)
+    return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
   if (options.full_every == 0) {
-    return Status(StatusCode::kInvalidArgument, "full_every must be at least 1 (1: every save is full)");
+    return Status(StatusCode::kInvalidArgument,
+                  "full_every must be at least 1 (1: every save is full)");
   }
   if (options.xor_deltas && !options.incremental) {
-    return Status(StatusCode::kInvalidArgument, "xor_deltas needs incremental=True (a delta is taken against the base)");
+    return Status(StatusCode::kInvalidArgument,
+                  "xor_deltas needs incremental=True (a delta is taken against the base)");
   }
   FP_RETURN_IF_ERROR(checkpoint::check_tiers(root, options.tiers));
   FP_RETURN_IF_ERROR(options.save_policy.validate());
@@ -492,7 +516,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
   FP_RETURN_IF_ERROR(create_root(root, options.durable));
   struct stat st {};
   if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status(StatusCode::kInvalidArgument, "checkpoint root is not a directory").with_path(root);
+    return Status(StatusCode::kInvalidArgument, "checkpoint root is not a directory")
+        .with_path(root);
   }
   auto impl = std::make_unique<Impl>(root, effective);
   FP_ASSIGN_OR_RETURN(impl->root_lock, checkpoint::RootLock::acquire(root));
@@ -523,7 +548,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(const std::st
       auto removed = raw->prune_now(raw->options.keep_last, raw->options.keep_every, "");
       if (removed.is_ok()) return Status::ok();
       return Status(removed.status().code(),
-                    "removing old local checkpoints after a drain failed: " + removed.status().message(),
+                    "removing old local checkpoints after a drain failed: " +
+                        removed.status().message(),
                     removed.status().sys_errno())
           .with_path(removed.status().path());
     };
@@ -548,21 +574,27 @@ CheckpointManager::~CheckpointManager() {
   }
 }
 
-Result<PendingSave> CheckpointManager::save_async(const std::string& tag, CheckpointContent content) {
+Result<PendingSave> CheckpointManager::save_async(const std::string& tag,
+                                                  CheckpointContent content) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
   FP_ASSIGN_OR_RETURN(ShardPlan plan, checkpoint::plan_content(content, *impl_->writer));
   Impl& m = *impl_;
   std::unique_lock lock(m.mu);
-  if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
+  if (m.closed)
+    return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed")
+        .with_path(m.root);
   FP_RETURN_IF_ERROR(m.take_failure_locked());
   m.cv.wait(lock, [&] { return m.closed || m.pending < m.options.max_in_flight; });
-  if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
+  if (m.closed)
+    return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed")
+        .with_path(m.root);
   FP_RETURN_IF_ERROR(m.take_failure_locked());  // an earlier save may have failed meanwhile
   std::string dir = join_path(m.root, tag);
   struct stat st {};
   if (m.pending_tags.count(tag) != 0 || ::lstat(dir.c_str(), &st) == 0) {
     return Status(StatusCode::kAlreadyExists,
-                  "checkpoint '" + tag + "' already exists; choose another tag or remove it", EEXIST)
+                  "checkpoint '" + tag + "' already exists; choose another tag or remove it",
+                  EEXIST)
         .with_path(dir);
   }
   m.last_save = std::chrono::steady_clock::now();
@@ -589,19 +621,23 @@ Result<std::unique_ptr<CheckpointCommit>> CheckpointManager::begin_commit(const 
   FP_RETURN_IF_ERROR(validate_tag(tag));
   Impl& m = *impl_;
   std::lock_guard lock(m.mu);
-  if (m.closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed").with_path(m.root);
+  if (m.closed)
+    return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed")
+        .with_path(m.root);
   std::string dir = join_path(m.root, tag);
   struct stat st {};
   if (m.pending_tags.count(tag) != 0 || ::lstat(dir.c_str(), &st) == 0) {
     return Status(StatusCode::kAlreadyExists,
-                  "checkpoint '" + tag + "' already exists or is being saved; choose another tag or remove it",
+                  "checkpoint '" + tag +
+                      "' already exists or is being saved; choose another tag or remove it",
                   EEXIST)
         .with_path(dir);
   }
   auto state = std::make_unique<CheckpointCommit::State>();
   state->root = m.root;
   state->tag = tag;
-  state->directory = join_path(m.root, std::string(kTempDirPrefix) + tag + "-" + checkpoint::unique_suffix());
+  state->directory =
+      join_path(m.root, std::string(kTempDirPrefix) + tag + "-" + checkpoint::unique_suffix());
   state->durable = m.options.durable;
   state->manager = m.commit_link;
   if (::mkdir(state->directory.c_str(), 0755) != 0) {
@@ -669,14 +705,16 @@ Status CheckpointManager::close(std::optional<double> drain_timeout_seconds) {
 Result<bool> CheckpointManager::should_save(int64_t step) {
   const SavePolicy& policy = impl_->options.save_policy;
   if (policy.empty()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "no save policy: open the manager with save_every_steps and/or save_every_seconds");
+    return Status(
+        StatusCode::kInvalidArgument,
+        "no save policy: open the manager with save_every_steps and/or save_every_seconds");
   }
   std::lock_guard lock(impl_->mu);
   if (impl_->last_due_step == step) return false;
   bool due = policy.every_steps && step % *policy.every_steps == 0;
   if (!due && policy.every_seconds) {
-    double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->last_save).count();
+    double since =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->last_save).count();
     due = since >= *policy.every_seconds;
   }
   if (due) impl_->last_due_step = step;
@@ -687,7 +725,8 @@ Status CheckpointManager::wait_drains(std::optional<double> timeout_seconds) {
   if (!impl_->drainer) return Status::ok();
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (impl_->closed)
+      return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
   }
   return impl_->drainer->wait(timeout_seconds);
 }
@@ -696,7 +735,8 @@ std::vector<TierState> CheckpointManager::tier_states() const {
   return impl_->drainer ? impl_->drainer->states() : std::vector<TierState>{};  // no tiers
 }
 
-Result<std::vector<CheckpointPlace>> CheckpointManager::locations(std::vector<std::string>* unreachable) const {
+Result<std::vector<CheckpointPlace>> CheckpointManager::locations(
+    std::vector<std::string>* unreachable) const {
   std::vector<std::string> roots{impl_->root};
   std::vector<Result<std::vector<CheckpointInfo>>> listings;
   listings.push_back(list_checkpoints(impl_->root));
@@ -710,13 +750,16 @@ Result<std::vector<CheckpointPlace>> CheckpointManager::locations(std::vector<st
 
 Result<uint64_t> CheckpointManager::pull(const std::string& tier_path, const std::string& tag) {
   const auto& tiers = impl_->options.tiers;
-  auto tier = std::find_if(tiers.begin(), tiers.end(), [&](const TierOptions& t) { return t.path == tier_path; });
+  auto tier = std::find_if(tiers.begin(), tiers.end(),
+                           [&](const TierOptions& t) { return t.path == tier_path; });
   if (tier == tiers.end()) {
-    return Status(StatusCode::kInvalidArgument, "'" + tier_path + "' is not one of this manager's tiers");
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + tier_path + "' is not one of this manager's tiers");
   }
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (impl_->closed)
+      return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
   }
   return checkpoint::copy_with_bases(*tier, tag, *impl_->engine, *this);
 }
@@ -726,13 +769,16 @@ const CheckpointOptions& CheckpointManager::options() const { return impl_->opti
 IoEngine& CheckpointManager::engine() { return *impl_->engine; }
 size_t CheckpointManager::staging_bytes() const { return impl_->writer->staging_bytes(); }
 
-Result<std::vector<CheckpointInfo>> CheckpointManager::list() const { return list_checkpoints(impl_->root); }
+Result<std::vector<CheckpointInfo>> CheckpointManager::list() const {
+  return list_checkpoints(impl_->root);
+}
 
 Status CheckpointManager::remove(const std::string& tag) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (impl_->closed)
+      return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
     if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) {
       return Status(StatusCode::kBusy, busy);
     }
@@ -741,7 +787,8 @@ Status CheckpointManager::remove(const std::string& tag) {
   {
     // Checked again under the retention lock: the drainer may have pinned it meanwhile.
     std::lock_guard lock(impl_->mu);
-    if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) return Status(StatusCode::kBusy, busy);
+    if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty())
+      return Status(StatusCode::kBusy, busy);
   }
   FP_RETURN_IF_ERROR(impl_->refuse_removing_base(tag));
   return impl_->remove_now(tag);
@@ -751,7 +798,8 @@ Result<uint64_t> CheckpointManager::materialize(const std::string& tag) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (impl_->closed)
+      return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
     if (std::string busy = impl_->busy_reason_locked(tag); !busy.empty()) {
       return Status(StatusCode::kBusy, busy);
     }
@@ -760,11 +808,13 @@ Result<uint64_t> CheckpointManager::materialize(const std::string& tag) {
 }
 
 Result<std::vector<std::string>> CheckpointManager::prune(std::optional<unsigned> keep_last,
-                                                          std::optional<int64_t> keep_every, bool verify,
+                                                          std::optional<int64_t> keep_every,
+                                                          bool verify,
                                                           std::vector<std::string>* damaged_found) {
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->closed) return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
+    if (impl_->closed)
+      return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
   }
   return impl_->prune_now(keep_last, keep_every, "", verify, damaged_found);
 }

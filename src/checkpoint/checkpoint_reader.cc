@@ -9,17 +9,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <thread>
-#include <cstring>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_read.h"
-#include "checkpoint/save_job.h"
 #include "checkpoint/load_plan.h"
+#include "checkpoint/save_job.h"
 #include "checkpoint/staged_read.h"
 #include "common/align.h"
 #include "common/printable.h"
@@ -34,10 +34,10 @@ constexpr uint64_t kReadAlignment = 4096;
 constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // one new buffer per span
 
 Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint64_t actual) {
-  return Status(StatusCode::kDataLoss,
-                "tensor '" + t.name + "' in " + t.file + " fails its checksum (manifest " +
-                    checksum_to_hex(t.checksum) + ", data " + checksum_to_hex(actual) +
-                    "): the checkpoint is damaged")
+  return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' in " + t.file +
+                                           " fails its checksum (manifest " +
+                                           checksum_to_hex(t.checksum) + ", data " +
+                                           checksum_to_hex(actual) + "): the checkpoint is damaged")
       .with_path(path)
       .with_range(t.offset, t.length);
 }
@@ -58,7 +58,8 @@ struct Pending {
 // The leading bytes of a data file (length prefix + JSON header) against their checksum: the
 // header says which bytes are which tensor, so a load that trusts it must check it too.
 Status check_file_header(const std::string& path, const ManifestFile& f) {
-  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
+  FP_ASSIGN_OR_RETURN(RegularFile file,
+                      open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
   // Hashed in pieces: the manifest says how many bytes, and a damaged or hostile one must not
   // decide how much memory a load allocates.
   constexpr size_t kPiece = size_t{1} << 20;
@@ -66,7 +67,8 @@ Status check_file_header(const std::string& path, const ManifestFile& f) {
   Xxh3Stream hash;
   uint64_t done = 0;
   while (done < f.checksum_bytes) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(f.checksum_bytes - done, piece.size()));
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(f.checksum_bytes - done, piece.size()));
     ssize_t n = ::pread(file.fd.get(), piece.data(), want, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::from_errno(errno, "cannot read the header").with_path(path);
@@ -76,9 +78,10 @@ Status check_file_header(const std::string& path, const ManifestFile& f) {
   }
   uint64_t actual = hash.digest();
   if (done != f.checksum_bytes || actual != f.checksum) {
-    return Status(StatusCode::kDataLoss, "the safetensors header of " + f.name +
-                                             " fails its checksum (manifest " + checksum_to_hex(f.checksum) +
-                                             ", data " + checksum_to_hex(actual) + "): the checkpoint is damaged")
+    return Status(StatusCode::kDataLoss,
+                  "the safetensors header of " + f.name + " fails its checksum (manifest " +
+                      checksum_to_hex(f.checksum) + ", data " + checksum_to_hex(actual) +
+                      "): the checkpoint is damaged")
         .with_path(path)
         .with_range(0, f.checksum_bytes);
   }
@@ -87,7 +90,8 @@ Status check_file_header(const std::string& path, const ManifestFile& f) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine)
+CheckpointReader::CheckpointReader(std::string dir, Manifest manifest,
+                                   std::shared_ptr<IoEngine> engine)
     : dir_(std::move(dir)), manifest_(std::move(manifest)), engine_(std::move(engine)) {
   files_.reserve(manifest_.files.size());
   for (const ManifestFile& f : manifest_.files) {
@@ -112,11 +116,13 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
   if (!engine) return Status(StatusCode::kInvalidArgument, "CheckpointReader needs an engine");
   FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
   FP_RETURN_IF_ERROR(checkpoint::check_manifest_files(dir, m));
-  return std::unique_ptr<CheckpointReader>(new CheckpointReader(dir, std::move(m), std::move(engine)));
+  return std::unique_ptr<CheckpointReader>(
+      new CheckpointReader(dir, std::move(m), std::move(engine)));
 }
 
 Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bool verify_headers,
-                                          PinnedBuffer& buffer, std::vector<const std::byte*>* data) {
+                                          PinnedBuffer& buffer,
+                                          std::vector<const std::byte*>* data) {
   if (manifest_.checksum_algorithm == kNoChecksum) verify_headers = false;
   struct Range {
     uint64_t begin = 0, end = 0;
@@ -125,7 +131,8 @@ Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bo
   std::set<std::string> files;
   uint64_t total = 0;
   for (size_t j = 0; j < tensors.size(); ++j) {
-    if (tensors[j] >= manifest_.tensors.size()) return Status(StatusCode::kInvalidArgument, "tensor index out of range");
+    if (tensors[j] >= manifest_.tensors.size())
+      return Status(StatusCode::kInvalidArgument, "tensor index out of range");
     const ManifestTensor& t = manifest_.tensors[tensors[j]];
     FP_RETURN_IF_ERROR(check_encoding(t));
     ranges[j].begin = align_down(t.offset, kReadAlignment);
@@ -141,8 +148,9 @@ Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bo
     }
   }
   if (buffer.data() == nullptr || buffer.size() < total) {
-    FP_ASSIGN_OR_RETURN(buffer, PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(total, kReadAlignment)),
-                                                       /*lock_memory=*/false));
+    FP_ASSIGN_OR_RETURN(buffer, PinnedBuffer::allocate(
+                                    static_cast<size_t>(std::max<uint64_t>(total, kReadAlignment)),
+                                    /*lock_memory=*/false));
   }
   data->assign(tensors.size(), nullptr);
   std::vector<IoTicket> tickets;
@@ -204,9 +212,10 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
                         "-compressed: read() gives raw tensors' bytes only; load() decodes it");
     }
     if (requests[i].destination != nullptr && requests[i].capacity < t.length) {
-      return Status(StatusCode::kInvalidArgument, "the destination of tensor '" + t.name + "' holds " +
-                                                      std::to_string(requests[i].capacity) + " bytes, not its " +
-                                                      std::to_string(t.length));
+      return Status(StatusCode::kInvalidArgument,
+                    "the destination of tensor '" + t.name + "' holds " +
+                        std::to_string(requests[i].capacity) + " bytes, not its " +
+                        std::to_string(t.length));
     }
     if (requests[i].destination == nullptr && t.stored_length > 0) by_file[t.file].push_back(i);
     if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
@@ -216,12 +225,13 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   std::vector<SpanPlan> spans;
   for (auto& [file, reqs] : by_file) {
     std::sort(reqs.begin(), reqs.end(), [&](size_t a, size_t b) {
-      return manifest_.tensors[requests[a].tensor].offset < manifest_.tensors[requests[b].tensor].offset;
+      return manifest_.tensors[requests[a].tensor].offset <
+             manifest_.tensors[requests[b].tensor].offset;
     });
     for (size_t i : reqs) {
       const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-      bool extend = !spans.empty() && spans.back().file == file &&
-                    t.offset >= spans.back().end && t.offset - spans.back().end <= max_gap_bytes &&
+      bool extend = !spans.empty() && spans.back().file == file && t.offset >= spans.back().end &&
+                    t.offset - spans.back().end <= max_gap_bytes &&
                     t.offset + t.stored_length - spans.back().begin <= kMaxSpanBytes;
       if (!extend) spans.push_back({file, t.offset, t.offset, {}});
       spans.back().end = std::max(spans.back().end, t.offset + t.stored_length);
@@ -241,7 +251,8 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     const auto& [f, path] = files_.at(s.file);
     uint64_t begin = align_down(s.begin, kReadAlignment);
     uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
-    FP_ASSIGN_OR_RETURN(std::shared_ptr<PinnedBuffer> buffer, checkpoint::new_load_memory(end - begin));
+    FP_ASSIGN_OR_RETURN(std::shared_ptr<PinnedBuffer> buffer,
+                        checkpoint::new_load_memory(end - begin));
     auto span = std::make_shared<LoadedSpan>();
     span->file = s.file;
     span->file_offset = begin;
@@ -268,7 +279,8 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (!p.ticket.valid()) {  // an empty tensor: nothing read, the checksum of nothing
       const ManifestTensor& t = manifest_.tensors[requests[p.requests[0]].tensor];
       uint64_t empty = xxh3_64(nullptr, 0);
-      if (verify && first.is_ok() && empty != t.checksum) first = checksum_mismatch(path_of(t), t, empty);
+      if (verify && first.is_ok() && empty != t.checksum)
+        first = checksum_mismatch(path_of(t), t, empty);
       return;
     }
     auto r = p.ticket.wait();
@@ -351,7 +363,8 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   // Empty tensors read from spans: still check their recorded checksum.
   for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
     const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-    if (verify && t.length == 0 && requests[i].destination == nullptr && xxh3_64(nullptr, 0) != t.checksum) {
+    if (verify && t.length == 0 && requests[i].destination == nullptr &&
+        xxh3_64(nullptr, 0) != t.checksum) {
       first = checksum_mismatch(path_of(t), t, xxh3_64(nullptr, 0));
     }
   }
@@ -382,7 +395,8 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
     FP_ASSIGN_OR_RETURN(ChunkTable table, checkpoint::read_chunk_table(path, t));
     FP_ASSIGN_OR_RETURN(std::shared_ptr<const checkpoint::DeltaBaseBytes> base, delta_base_of(t));
     frames = std::make_unique<checkpoint::FrameStream>(
-        t, std::move(table), [&](uint64_t offset, const std::byte* data, size_t size) -> Status {
+        t, std::move(table),
+        [&](uint64_t offset, const std::byte* data, size_t size) -> Status {
           for (size_t done = 0; done < size;) {
             size_t n = static_cast<size_t>(std::min<uint64_t>(piece_bytes, size - done));
             if (verify) hash.update(data + done, n);
@@ -410,8 +424,9 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
   };
   std::vector<Slot> slots(2);
   for (Slot& slot : slots) {
-    FP_ASSIGN_OR_RETURN(slot.buffer, PinnedBuffer::allocate(static_cast<size_t>(piece_bytes + 2 * kReadAlignment),
-                                                            /*lock_memory=*/false));
+    FP_ASSIGN_OR_RETURN(
+        slot.buffer, PinnedBuffer::allocate(static_cast<size_t>(piece_bytes + 2 * kReadAlignment),
+                                            /*lock_memory=*/false));
   }
   auto submit = [&](Slot& slot, uint64_t pos) -> Status {
     slot.pos = pos;
@@ -445,9 +460,10 @@ Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool v
       slot.ticket = IoTicket();
       if (!done.is_ok()) return settle(Status(done.status()).with_path(path));
       if (done.value() < slot.skip + slot.size) {
-        return settle(Status(StatusCode::kDataLoss, "short read of tensor '" + t.name + "' in " + t.file)
-                          .with_path(path)
-                          .with_range(t.offset + slot.pos, slot.size));
+        return settle(
+            Status(StatusCode::kDataLoss, "short read of tensor '" + t.name + "' in " + t.file)
+                .with_path(path)
+                .with_range(t.offset + slot.pos, slot.size));
       }
       if (next < stored) {
         Status st = submit(slots[cur ^ 1], next);
@@ -472,7 +488,8 @@ Result<std::string> CheckpointReader::read_objects() {
 Result<std::string> CheckpointReader::read_file(std::string_view name) {
   const ManifestFile* f = manifest_.find_file(name);
   if (f == nullptr || f->role != "objects") {
-    return Status(StatusCode::kNotFound, "the checkpoint has no objects file '" + printable(std::string(name)) + "'")
+    return Status(StatusCode::kNotFound,
+                  "the checkpoint has no objects file '" + printable(std::string(name)) + "'")
         .with_path(dir_);
   }
   FP_ASSIGN_OR_RETURN(std::string path, checkpoint::resolve_manifest_file(dir_, *f));
@@ -481,7 +498,8 @@ Result<std::string> CheckpointReader::read_file(std::string_view name) {
   uint64_t actual = checked ? xxh3_64(bytes.data(), bytes.size()) : 0;
   if (bytes.size() != f->size || actual != f->checksum) {
     return Status(StatusCode::kDataLoss, printable(f->name) + " fails its checksum (manifest " +
-                                             checksum_to_hex(f->checksum) + ", data " + checksum_to_hex(actual) +
+                                             checksum_to_hex(f->checksum) + ", data " +
+                                             checksum_to_hex(actual) +
                                              "): the checkpoint is damaged")
         .with_path(path);
   }

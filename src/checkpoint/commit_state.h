@@ -23,7 +23,8 @@ class CommitHost {
   // Serializes `latest` updates with the manager's removals.
   virtual std::mutex& pointer_mutex() = 0;
   // `tag` committed with `manifest`: incremental bookkeeping, tiers, then retention.
-  virtual Status after_commit(const std::string& tag, const std::shared_ptr<const Manifest>& manifest) = 0;
+  virtual Status after_commit(const std::string& tag,
+                              const std::shared_ptr<const Manifest>& manifest) = 0;
   // `tag` is no longer being saved, and `base_tag` (when not empty) no longer its base.
   virtual void release_tag(const std::string& tag, const std::string& base_tag) = 0;
 };

@@ -2,8 +2,8 @@
 // The last steps of the commit protocol (commit_steps.h).
 #include "checkpoint/commit_steps.h"
 
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 
 #include "checkpoint/checkpoint_fs.h"
 #include "fastpersist/layout.h"
@@ -14,7 +14,8 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Status commit_temp_directory(const CommitTarget& t, const Manifest& manifest, uint64_t* manifest_bytes) {
+Status commit_temp_directory(const CommitTarget& t, const Manifest& manifest,
+                             uint64_t* manifest_bytes) {
   *manifest_bytes = 0;
   std::string text = encode_manifest(manifest);
   FP_RETURN_IF_ERROR(write_new_file(join_path(t.temp_dir, kManifestFileName), text, t.durable));
@@ -32,9 +33,11 @@ Status commit_temp_directory(const CommitTarget& t, const Manifest& manifest, ui
   if (t.durable) FP_RETURN_IF_ERROR(fsync_dir(t.root));
   // If the pointer cannot be written (ENOSPC), the rename is undone: an error from a save
   // always means that nothing was committed.
-  Status pointer = replace_file_atomically(join_path(t.root, kLatestFileName), t.tag + "\n", t.durable);
+  Status pointer =
+      replace_file_atomically(join_path(t.root, kLatestFileName), t.tag + "\n", t.durable);
   if (!pointer.is_ok()) {
-    std::string trash = join_path(t.root, std::string(kTrashDirPrefix) + t.tag + "-" + unique_suffix());
+    std::string trash =
+        join_path(t.root, std::string(kTrashDirPrefix) + t.tag + "-" + unique_suffix());
     bool undone = std::rename(target.c_str(), trash.c_str()) == 0;
     if (undone) {
       if (t.durable) (void)fsync_dir(t.root);

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_fs.h"
-#include "fastpersist/checksum.h"
 #include "common/unique_fd.h"
+#include "fastpersist/checksum.h"
 
 namespace fastpersist {
 namespace {
@@ -44,8 +44,12 @@ struct Piece {
 
 class DeferredFileWriter::Impl {
  public:
-  Impl(std::string path, std::string name, DeferredFileWriterOptions options, std::shared_ptr<IoEngine> engine)
-      : path_(std::move(path)), name_(std::move(name)), options_(std::move(options)), engine_(std::move(engine)) {}
+  Impl(std::string path, std::string name, DeferredFileWriterOptions options,
+       std::shared_ptr<IoEngine> engine)
+      : path_(std::move(path)),
+        name_(std::move(name)),
+        options_(std::move(options)),
+        engine_(std::move(engine)) {}
 
   void borrow(const void* data, size_t bytes) {
     if (data == nullptr || bytes == 0) return;
@@ -55,9 +59,12 @@ class DeferredFileWriter::Impl {
   }
 
   Status write(const void* data, size_t bytes) {
-    if (finished_) return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished").with_path(path_);
+    if (finished_)
+      return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished")
+          .with_path(path_);
     if (bytes == 0) return Status::ok();
-    if (data == nullptr) return Status(StatusCode::kInvalidArgument, "write() of a null pointer").with_path(path_);
+    if (data == nullptr)
+      return Status(StatusCode::kInvalidArgument, "write() of a null pointer").with_path(path_);
     stats_.bytes += bytes;
     const auto* src = static_cast<const std::byte*>(data);
     if (bytes >= options_.borrow_min_bytes && lent(src, bytes)) {
@@ -71,13 +78,17 @@ class DeferredFileWriter::Impl {
   }
 
   Result<ManifestFile> persist() {
-    if (finished_) return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished").with_path(path_);
+    if (finished_)
+      return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished")
+          .with_path(path_);
     finished_ = true;
     struct stat st;
     if (::lstat(path_.c_str(), &st) == 0) {
-      return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)").with_path(path_);
+      return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)")
+          .with_path(path_);
     }
-    FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> out, FastFileWriter::open(path_, options_.writer, engine_));
+    FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> out,
+                        FastFileWriter::open(path_, options_.writer, engine_));
     // The checksum is computed on a second core while this thread stages and writes: both only
     // read the pieces, each in order, and share nothing until the join.
     // A small stream is hashed on this thread, after its writes.
@@ -109,7 +120,9 @@ class DeferredFileWriter::Impl {
   }
 
   Result<DeferredStream> take_pieces() {
-    if (finished_) return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished").with_path(path_);
+    if (finished_)
+      return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished")
+          .with_path(path_);
     finished_ = true;
     DeferredStream out;
     out.name = name_;
@@ -176,8 +189,8 @@ class DeferredFileWriter::Impl {
       std::memcpy(block.data() + block_used_, src, n);
       const std::byte* at = block.data() + block_used_;
       // A piece that continues the previous copy in the same block extends it.
-      if (!pieces_.empty() && !pieces_.back().borrowed && pieces_.back().data + pieces_.back().bytes == at &&
-          block_used_ != 0) {
+      if (!pieces_.empty() && !pieces_.back().borrowed &&
+          pieces_.back().data + pieces_.back().bytes == at && block_used_ != 0) {
         pieces_.back().bytes += n;
       } else {
         pieces_.push_back({at, n, false});
@@ -208,18 +221,19 @@ class DeferredFileWriter::Impl {
   bool finished_ = false;
 };
 
-Result<std::unique_ptr<DeferredFileWriter>> DeferredFileWriter::create(const std::string& directory,
-                                                                       const std::string& name,
-                                                                       const DeferredFileWriterOptions& options,
-                                                                       std::shared_ptr<IoEngine> engine) {
+Result<std::unique_ptr<DeferredFileWriter>> DeferredFileWriter::create(
+    const std::string& directory, const std::string& name, const DeferredFileWriterOptions& options,
+    std::shared_ptr<IoEngine> engine) {
   if (!plain_name(name)) {
-    return Status(StatusCode::kInvalidArgument, "a checkpoint file needs a plain file name, not '" + name + "'")
+    return Status(StatusCode::kInvalidArgument,
+                  "a checkpoint file needs a plain file name, not '" + name + "'")
         .with_path(directory);
   }
   std::string path = checkpoint::join_path(directory, name);
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
-    return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)").with_path(path);
+    return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)")
+        .with_path(path);
   }
   if (!engine) {
     FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> own, IoEngine::create(EngineOptions{}));
@@ -232,7 +246,9 @@ Result<std::unique_ptr<DeferredFileWriter>> DeferredFileWriter::create(const std
 DeferredFileWriter::DeferredFileWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DeferredFileWriter::~DeferredFileWriter() = default;
 void DeferredFileWriter::borrow(const void* data, size_t bytes) { impl_->borrow(data, bytes); }
-Status DeferredFileWriter::write(const void* data, size_t bytes) { return impl_->write(data, bytes); }
+Status DeferredFileWriter::write(const void* data, size_t bytes) {
+  return impl_->write(data, bytes);
+}
 Result<ManifestFile> DeferredFileWriter::persist() { return impl_->persist(); }
 Result<DeferredStream> DeferredFileWriter::take_pieces() { return impl_->take_pieces(); }
 void DeferredFileWriter::abort() { impl_->abort(); }
@@ -241,36 +257,46 @@ const std::string& DeferredFileWriter::path() const { return impl_->path(); }
 
 Status check_object_file(const std::string& path, const ManifestFile& record, bool checksums) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return Status::from_errno(errno, "cannot open a checkpoint file").with_path(path);
+  if (!fd.valid())
+    return Status::from_errno(errno, "cannot open a checkpoint file").with_path(path);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Status::from_errno(errno, "cannot examine a checkpoint file").with_path(path);
-  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kDataLoss, "not a regular file").with_path(path);
+  if (::fstat(fd.get(), &st) != 0)
+    return Status::from_errno(errno, "cannot examine a checkpoint file").with_path(path);
+  if (!S_ISREG(st.st_mode))
+    return Status(StatusCode::kDataLoss, "not a regular file").with_path(path);
   if (static_cast<uint64_t>(st.st_size) != record.size) {
     return Status(StatusCode::kDataLoss, "the file has " + std::to_string(st.st_size) +
-                                             " bytes, its manifest record says " + std::to_string(record.size))
+                                             " bytes, its manifest record says " +
+                                             std::to_string(record.size))
         .with_path(path);
   }
   if (!checksums) return Status::ok();
   if (record.checksum_bytes > record.size) {
-    return Status(StatusCode::kDataLoss, "the manifest record's checksum covers more bytes than the file has")
+    return Status(StatusCode::kDataLoss,
+                  "the manifest record's checksum covers more bytes than the file has")
         .with_path(path);
   }
   (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<std::byte> chunk(std::min<uint64_t>(kSliceBytes, std::max<uint64_t>(record.checksum_bytes, 1)));
+  std::vector<std::byte> chunk(
+      std::min<uint64_t>(kSliceBytes, std::max<uint64_t>(record.checksum_bytes, 1)));
   Xxh3Stream hash;
   uint64_t done = 0;
   while (done < record.checksum_bytes) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), record.checksum_bytes - done));
+    size_t want =
+        static_cast<size_t>(std::min<uint64_t>(chunk.size(), record.checksum_bytes - done));
     ssize_t n = ::pread(fd.get(), chunk.data(), want, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::from_errno(errno, "cannot read a checkpoint file").with_path(path);
-    if (n == 0) return Status(StatusCode::kDataLoss, "the file ended early while it was checked").with_path(path);
+    if (n == 0)
+      return Status(StatusCode::kDataLoss, "the file ended early while it was checked")
+          .with_path(path);
     hash.update(chunk.data(), static_cast<size_t>(n));
     done += static_cast<uint64_t>(n);
   }
   if (uint64_t have = hash.digest(); have != record.checksum) {
     return Status(StatusCode::kDataLoss, "checksum mismatch: xxh3-64 " + checksum_to_hex(have) +
-                                             ", the manifest says " + checksum_to_hex(record.checksum))
+                                             ", the manifest says " +
+                                             checksum_to_hex(record.checksum))
         .with_path(path);
   }
   return Status::ok();

@@ -41,17 +41,20 @@ Result<std::shared_ptr<const DeltaBaseBytes>> DeltaBaseBytes::open(const Manifes
     return Status(StatusCode::kInternal, tensor_place(delta) + " is not an XOR delta");
   }
   ManifestTensor base = base_tensor(delta);
-  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
+  FP_ASSIGN_OR_RETURN(RegularFile file,
+                      open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
   if (base.offset > file.size || base.stored_length > file.size - base.offset) {
-    return Status(StatusCode::kDataLoss, "the base of " + tensor_place(delta) + " runs past the end of its file (" +
-                                             std::to_string(file.size) + " bytes): the base checkpoint is damaged")
+    return Status(StatusCode::kDataLoss,
+                  "the base of " + tensor_place(delta) + " runs past the end of its file (" +
+                      std::to_string(file.size) + " bytes): the base checkpoint is damaged")
         .with_path(path);
   }
   std::optional<ChunkTable> table;
   if (base.encoding != kEncodingRaw) {
     Result<ChunkTable> read = read_chunk_table(path, base);
     if (!read.is_ok()) {
-      return Status(StatusCode::kDataLoss, "the base of " + tensor_place(delta) + ": " + read.status().message())
+      return Status(StatusCode::kDataLoss,
+                    "the base of " + tensor_place(delta) + ": " + read.status().message())
           .with_path(path);
     }
     table = std::move(read).value();
@@ -73,15 +76,20 @@ std::byte* direct_buffer() {
   };
   thread_local Buffer buffer;
   if (buffer.data == nullptr) {
-    buffer.data = static_cast<std::byte*>(std::aligned_alloc(kDirectAlignment, kDirectPieceBytes + 2 * kDirectAlignment));
+    buffer.data = static_cast<std::byte*>(
+        std::aligned_alloc(kDirectAlignment, kDirectPieceBytes + 2 * kDirectAlignment));
   }
   return buffer.data;
 }
 
 }  // namespace
 
-DeltaBaseBytes::DeltaBaseBytes(ManifestTensor base, std::string path, RegularFile file, std::optional<ChunkTable> table)
-    : base_(std::move(base)), path_(std::move(path)), file_(std::move(file)), table_(std::move(table)) {
+DeltaBaseBytes::DeltaBaseBytes(ManifestTensor base, std::string path, RegularFile file,
+                               std::optional<ChunkTable> table)
+    : base_(std::move(base)),
+      path_(std::move(path)),
+      file_(std::move(file)),
+      table_(std::move(table)) {
   // The same file again (same device and inode: nothing swapped in between), O_DIRECT.
   UniqueFd direct(::open(path_.c_str(), O_RDONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   struct stat st {};
@@ -92,7 +100,8 @@ DeltaBaseBytes::DeltaBaseBytes(ManifestTensor base, std::string path, RegularFil
 }
 
 Status DeltaBaseBytes::damaged(const std::string& why) const {
-  return Status(StatusCode::kDataLoss, "the base of " + tensor_place(base_) + " is damaged (" + why + ")")
+  return Status(StatusCode::kDataLoss,
+                "the base of " + tensor_place(base_) + " is damaged (" + why + ")")
       .with_path(path_);
 }
 
@@ -110,8 +119,11 @@ Status DeltaBaseBytes::pread_exact(std::byte* out, size_t n, uint64_t offset) co
     while (got < skip + want) {
       ssize_t r = ::pread(direct_.get(), buffer + got, span - got, static_cast<off_t>(begin + got));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && errno == EINVAL && got == 0) return pread_buffered(out + done, n - done, at);  // refused after all
-      if (r < 0) return Status::from_errno(errno, "cannot read the base of " + tensor_place(base_)).with_path(path_);
+      if (r < 0 && errno == EINVAL && got == 0)
+        return pread_buffered(out + done, n - done, at);  // refused after all
+      if (r < 0)
+        return Status::from_errno(errno, "cannot read the base of " + tensor_place(base_))
+            .with_path(path_);
       if (r == 0) return damaged("its file ends early");
       got += static_cast<size_t>(r);
       // A direct read comes back short of an aligned end only at the end of the file.
@@ -128,7 +140,9 @@ Status DeltaBaseBytes::pread_buffered(std::byte* out, size_t n, uint64_t offset)
   while (done < n) {
     ssize_t r = ::pread(file_.fd.get(), out + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::from_errno(errno, "cannot read the base of " + tensor_place(base_)).with_path(path_);
+    if (r < 0)
+      return Status::from_errno(errno, "cannot read the base of " + tensor_place(base_))
+          .with_path(path_);
     if (r == 0) return damaged("its file ends early");
     done += static_cast<size_t>(r);
   }
@@ -146,7 +160,8 @@ Status DeltaBaseBytes::read(uint64_t offset, size_t n, std::byte* out) const {
   thread_local std::vector<std::byte> chunk;
   const ChunkTable& table = *table_;
   const uint64_t end = offset + n;
-  for (uint64_t k = offset / table.chunk_bytes; k < table.chunks() && uint64_t{table.chunk_bytes} * k < end; ++k) {
+  for (uint64_t k = offset / table.chunk_bytes;
+       k < table.chunks() && uint64_t{table.chunk_bytes} * k < end; ++k) {
     const uint64_t chunk_begin = uint64_t{table.chunk_bytes} * k;
     const size_t raw_bytes = static_cast<size_t>(table.chunk_raw_bytes(k, base_.length));
     const uint64_t frame_begin = table.frame_offsets[k];
@@ -154,7 +169,8 @@ Status DeltaBaseBytes::read(uint64_t offset, size_t n, std::byte* out) const {
     // No honest frame of a chunk is larger than the codec's bound: a table that says so would
     // only make this allocate.
     if (frame_size > chunk_frame_bound(table.compression, raw_bytes)) {
-      return damaged("compressed chunk " + std::to_string(k) + " is larger than any frame of its size");
+      return damaged("compressed chunk " + std::to_string(k) +
+                     " is larger than any frame of its size");
     }
     const size_t frame_bytes = static_cast<size_t>(frame_size);
     frame.resize(frame_bytes);
@@ -167,7 +183,8 @@ Status DeltaBaseBytes::read(uint64_t offset, size_t n, std::byte* out) const {
       chunk.resize(raw_bytes);
       into = chunk.data();
     }
-    Status st = codec.decode(table.compression, table.width, frame.data(), frame_bytes, into, raw_bytes);
+    Status st =
+        codec.decode(table.compression, table.width, frame.data(), frame_bytes, into, raw_bytes);
     if (!st.is_ok()) return damaged("compressed chunk " + std::to_string(k) + ": " + st.message());
     if (!whole) {
       std::memcpy(out + (take_begin - offset), chunk.data() + (take_begin - chunk_begin),

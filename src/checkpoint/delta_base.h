@@ -2,9 +2,9 @@
 // The raw bytes of an XOR delta's base (manifest.h, DeltaBase), read on demand, any range:
 // straight for a raw base, by decoding the chunks a range covers for a compressed one. Reads
 // are O_DIRECT (4096-aligned, through a per-thread buffer) where the filesystem takes them,
-// so reading a base neither fills the page cache nor pays for its pages; buffered otherwise. Readers
-// (load, read_pieces, verify, a tier's drain) XOR them into the decoded delta; the writer XORs
-// them out of the tensor it saves (private to src/checkpoint).
+// so reading a base neither fills the page cache nor pays for its pages; buffered otherwise.
+// Readers (load, read_pieces, verify, a tier's drain) XOR them into the decoded delta; the writer
+// XORs them out of the tensor it saves (private to src/checkpoint).
 //
 // The base's stored bytes are untrusted like any others: a frame that does not decode, or a
 // file that ends early, is kDataLoss naming the tensor and its base.
@@ -30,7 +30,8 @@ class DeltaBaseBytes {
   // The base of `delta` (a tensor whose delta_base is set) at `path`, the base file resolved by
   // the caller (resolve_manifest_file: no symbolic links). Reads the chunk table of a
   // compressed base.
-  static Result<std::shared_ptr<const DeltaBaseBytes>> open(const ManifestTensor& delta, const std::string& path);
+  static Result<std::shared_ptr<const DeltaBaseBytes>> open(const ManifestTensor& delta,
+                                                            const std::string& path);
   // The base as a tensor of its own (name, dtype and shape of the delta; file, offset, lengths,
   // encoding and checksum of the base): what a writer's record of the base is made from.
   static ManifestTensor base_tensor(const ManifestTensor& delta);
@@ -41,7 +42,8 @@ class DeltaBaseBytes {
   const std::string& path() const { return path_; }
 
  private:
-  DeltaBaseBytes(ManifestTensor base, std::string path, RegularFile file, std::optional<ChunkTable> table);
+  DeltaBaseBytes(ManifestTensor base, std::string path, RegularFile file,
+                 std::optional<ChunkTable> table);
   Status pread_exact(std::byte* out, size_t n, uint64_t offset) const;
   Status pread_buffered(std::byte* out, size_t n, uint64_t offset) const;
   Status damaged(const std::string& why) const;

@@ -71,7 +71,8 @@ struct TensorOut {
 // (O_DIRECT for the aligned body), a few buffers in flight.
 class OutputStream {
  public:
-  OutputStream(IoEngine& engine, int fd, uint64_t start) : engine_(engine), fd_(fd), start_(start) {}
+  OutputStream(IoEngine& engine, int fd, uint64_t start)
+      : engine_(engine), fd_(fd), start_(start) {}
   ~OutputStream() { (void)settle(Status::ok()); }
 
   uint64_t position() const { return start_ + flushed_ + fill_; }
@@ -115,8 +116,9 @@ class OutputStream {
       current_ = std::move(free_.back());
       free_.pop_back();
     } else if (allocated_ < kOutputBuffers) {
-      FP_ASSIGN_OR_RETURN(PinnedBuffer b, PinnedBuffer::allocate(kOutputBufferBytes, /*lock_memory=*/false,
-                                                                 /*cuda_register=*/false));
+      FP_ASSIGN_OR_RETURN(PinnedBuffer b,
+                          PinnedBuffer::allocate(kOutputBufferBytes, /*lock_memory=*/false,
+                                                 /*cuda_register=*/false));
       current_ = std::make_unique<PinnedBuffer>(std::move(b));
       ++allocated_;
     } else {
@@ -168,11 +170,13 @@ class EncodedWriter {
         file_(*a.file),
         out_(out),
         fd_(fd),
-        chunk_bytes_(static_cast<uint32_t>(std::min<size_t>(kCodecChunkBytes, a.pool->window_bytes()))),
+        chunk_bytes_(
+            static_cast<uint32_t>(std::min<size_t>(kCodecChunkBytes, a.pool->window_bytes()))),
         frame_capacity_(chunk_frame_bound(a.compression, chunk_bytes_)),
         xor_frame_capacity_(chunk_frame_bound(Compression::kZstd, chunk_bytes_)),
-        xor_level_(a.compression == Compression::kZstd ? a.compression_level
-                                                       : default_compression_level(Compression::kZstd)),
+        xor_level_(a.compression == Compression::kZstd
+                       ? a.compression_level
+                       : default_compression_level(Compression::kZstd)),
         max_ahead_(std::max<size_t>(4, 2 * std::max<size_t>(a.compressors->threads(), 1))),
         tasks_(*a.compressors),
         output_(*a.engine, fd, file_.encoded_header_bytes),
@@ -260,7 +264,8 @@ class EncodedWriter {
         size_t take = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, t.nbytes - fill_pos_));
         if (used + take > w.size()) break;  // the next window
         StagingHash hash{a_.checksums || a_.digests ? &hash_ : nullptr, &out_->checksum_seconds};
-        FP_RETURN_IF_ERROR(stage_bytes(t, fill_pos_, take, w, w.data() + used, hash).with_path(a_.path));
+        FP_RETURN_IF_ERROR(
+            stage_bytes(t, fill_pos_, take, w, w.data() + used, hash).with_path(a_.path));
         chunk->raw = w.data() + used;
         chunk->raw_bytes = take;
         chunk->window = hold;
@@ -309,10 +314,12 @@ class EncodedWriter {
         Status st;
         size_t frame_bytes = 0, xor_frame_bytes = 0;
         if (c.compress) {
-          Result<size_t> n = codec.encode(a_.compression, a_.compression_level, width, c.raw, c.raw_bytes,
-                                          c.frame.get(), frame_capacity_);
-          if (n.is_ok()) frame_bytes = *n;
-          else st = n.status();
+          Result<size_t> n = codec.encode(a_.compression, a_.compression_level, width, c.raw,
+                                          c.raw_bytes, c.frame.get(), frame_capacity_);
+          if (n.is_ok())
+            frame_bytes = *n;
+          else
+            st = n.status();
         }
         Status xor_st;
         if (c.try_xor && st.is_ok()) {
@@ -321,13 +328,16 @@ class EncodedWriter {
           xor_st = base->read(c.raw_pos, c.raw_bytes, delta.data());
           if (xor_st.is_ok()) {
             xor_into(delta.data(), c.raw, c.raw_bytes);
-            Result<size_t> n = codec.encode(Compression::kZstd, xor_level_, width, delta.data(), c.raw_bytes,
-                                            c.xor_frame.get(), xor_frame_capacity_);
-            if (n.is_ok()) xor_frame_bytes = *n;
-            else xor_st = n.status();
+            Result<size_t> n = codec.encode(Compression::kZstd, xor_level_, width, delta.data(),
+                                            c.raw_bytes, c.xor_frame.get(), xor_frame_capacity_);
+            if (n.is_ok())
+              xor_frame_bytes = *n;
+            else
+              xor_st = n.status();
           }
         }
-        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::lock_guard lock(mu_);
         c.frame_bytes = frame_bytes;
         c.xor_frame_bytes = xor_frame_bytes;
@@ -378,9 +388,11 @@ class EncodedWriter {
     }
     if (c.raw_pos + c.raw_bytes == src.nbytes && t.encoding != Compression::kNone) {
       const size_t width = *safetensors_dtype_size(src.dtype);
-      std::string table = encode_chunk_table(t.encoding, chunk_bytes_, static_cast<uint8_t>(width), t.frames);
+      std::string table =
+          encode_chunk_table(t.encoding, chunk_bytes_, static_cast<uint8_t>(width), t.frames);
       FP_RETURN_IF_ERROR(
-          output_.append(reinterpret_cast<const std::byte*>(table.data()), table.size()).with_path(a_.path));
+          output_.append(reinterpret_cast<const std::byte*>(table.data()), table.size())
+              .with_path(a_.path));
       t.frames.clear();
       t.frames.shrink_to_fit();
     }
@@ -392,7 +404,8 @@ class EncodedWriter {
     return Status::ok();
   }
 
-  static std::unique_ptr<std::byte[]> take_buffer(std::vector<std::unique_ptr<std::byte[]>>& free, size_t bytes) {
+  static std::unique_ptr<std::byte[]> take_buffer(std::vector<std::unique_ptr<std::byte[]>>& free,
+                                                  size_t bytes) {
     if (free.empty()) return std::unique_ptr<std::byte[]>(new std::byte[bytes]);
     std::unique_ptr<std::byte[]> b = std::move(free.back());
     free.pop_back();
@@ -401,8 +414,10 @@ class EncodedWriter {
 
   // The header's "fastpersist.encoding": the file's codec, and "xor-zstd" when it holds deltas.
   std::string file_encoding() const {
-    const bool deltas = std::any_of(tensors_.begin(), tensors_.end(), [](const TensorOut& t) { return t.xor_delta; });
-    if (a_.compression == Compression::kNone) return deltas ? std::string(kEncodingXorZstd) : "none";
+    const bool deltas = std::any_of(tensors_.begin(), tensors_.end(),
+                                    [](const TensorOut& t) { return t.xor_delta; });
+    if (a_.compression == Compression::kNone)
+      return deltas ? std::string(kEncodingXorZstd) : "none";
     std::string name(compression_name(a_.compression));
     return deltas ? name + "," + std::string(kEncodingXorZstd) : name;
   }
@@ -429,14 +444,14 @@ class EncodedWriter {
       }
     }
     SafetensorsHeader layout;
-    FP_ASSIGN_OR_RETURN(std::string header,
-                        encode_safetensors_header(entries,
-                                                  {{"format", "pt"},
-                                                   {"fastpersist.encoding", file_encoding()}},
-                                                  8, &layout));
+    FP_ASSIGN_OR_RETURN(
+        std::string header,
+        encode_safetensors_header(
+            entries, {{"format", "pt"}, {"fastpersist.encoding", file_encoding()}}, 8, &layout));
     for (size_t k = 0; k < entries.size(); ++k) {
       if (data_start + layout.tensors[k].begin != out_->stored[k].offset) {
-        return Status(StatusCode::kInternal, "encoded file layout disagrees with its header").with_path(a_.path);
+        return Status(StatusCode::kInternal, "encoded file layout disagrees with its header")
+            .with_path(a_.path);
       }
     }
     FP_ASSIGN_OR_RETURN(header, pad_safetensors_header(std::move(header), data_start));
@@ -501,7 +516,8 @@ Status write_encoded_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
   if (a.durable && ::fdatasync(fd.get()) != 0) {
     return Status::from_errno(errno, "fdatasync failed").with_path(a.path);
   }
-  if (::close(fd.release()) != 0) return Status::from_errno(errno, "close failed").with_path(a.path);
+  if (::close(fd.release()) != 0)
+    return Status::from_errno(errno, "close failed").with_path(a.path);
   return Status::ok();
 }
 

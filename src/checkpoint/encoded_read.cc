@@ -16,8 +16,9 @@ namespace fastpersist::checkpoint {
 namespace {
 
 Status chunk_damaged(const ManifestTensor& t, size_t chunk, const Status& why) {
-  return Status(StatusCode::kDataLoss, tensor_place(t) + ": compressed chunk " + std::to_string(chunk) +
-                                           " is damaged (" + why.message() + ")");
+  return Status(StatusCode::kDataLoss, tensor_place(t) + ": compressed chunk " +
+                                           std::to_string(chunk) + " is damaged (" + why.message() +
+                                           ")");
 }
 
 Status pread_exact(int fd, std::byte* out, size_t n, uint64_t offset, const std::string& path) {
@@ -26,7 +27,9 @@ Status pread_exact(int fd, std::byte* out, size_t n, uint64_t offset, const std:
     ssize_t r = ::pread(fd, out + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return Status::from_errno(errno, "cannot read a chunk table").with_path(path);
-    if (r == 0) return Status(StatusCode::kDataLoss, "the data file ends inside a chunk table").with_path(path);
+    if (r == 0)
+      return Status(StatusCode::kDataLoss, "the data file ends inside a chunk table")
+          .with_path(path);
     done += static_cast<size_t>(r);
   }
   return Status::ok();
@@ -40,10 +43,13 @@ std::string tensor_place(const ManifestTensor& t) {
 
 Result<EncodedTensor> encoded_tensor(const ManifestTensor& t) {
   const bool xor_delta = t.encoding == kEncodingXorZstd;
-  std::optional<Compression> c = xor_delta ? Compression::kZstd : compression_of_encoding(t.encoding);
+  std::optional<Compression> c =
+      xor_delta ? Compression::kZstd : compression_of_encoding(t.encoding);
   if (!c || (xor_delta && !t.delta_base)) {
     Status st = check_encoding_supported(t);
-    return st.is_ok() ? Status(StatusCode::kInternal, tensor_place(t) + ": encoding without a codec") : st;
+    return st.is_ok()
+               ? Status(StatusCode::kInternal, tensor_place(t) + ": encoding without a codec")
+               : st;
   }
   std::optional<size_t> width = safetensors_dtype_size(t.dtype);
   if (!width) return Status(StatusCode::kDataLoss, tensor_place(t) + " has an unknown dtype");
@@ -54,38 +60,45 @@ Result<ChunkTable> chunk_table_in_memory(const ManifestTensor& t, const std::byt
   FP_ASSIGN_OR_RETURN(EncodedTensor e, encoded_tensor(t));
   const std::string what = tensor_place(t);
   if (t.stored_length < kChunkTableTrailerBytes) {
-    return Status(StatusCode::kDataLoss, what + ": too short to hold a chunk table: the checkpoint is damaged");
+    return Status(StatusCode::kDataLoss,
+                  what + ": too short to hold a chunk table: the checkpoint is damaged");
   }
   Result<uint64_t> table_bytes =
       chunk_table_size(stored + t.stored_length - kChunkTableTrailerBytes, t.stored_length);
   if (!table_bytes.is_ok()) {
-    return Status(StatusCode::kDataLoss, what + ": " + table_bytes.status().message() + ": the checkpoint is damaged");
+    return Status(StatusCode::kDataLoss,
+                  what + ": " + table_bytes.status().message() + ": the checkpoint is damaged");
   }
-  return parse_chunk_table(stored + t.stored_length - *table_bytes, *table_bytes, e.compression, e.width, t.length,
-                           t.stored_length, what);
+  return parse_chunk_table(stored + t.stored_length - *table_bytes, *table_bytes, e.compression,
+                           e.width, t.length, t.stored_length, what);
 }
 
 Result<ChunkTable> read_chunk_table(const std::string& path, const ManifestTensor& t) {
   FP_ASSIGN_OR_RETURN(EncodedTensor e, encoded_tensor(t));
   const std::string what = tensor_place(t);
   if (t.stored_length < kChunkTableTrailerBytes) {
-    return Status(StatusCode::kDataLoss, what + ": too short to hold a chunk table: the checkpoint is damaged")
+    return Status(StatusCode::kDataLoss,
+                  what + ": too short to hold a chunk table: the checkpoint is damaged")
         .with_path(path);
   }
-  FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
+  FP_ASSIGN_OR_RETURN(RegularFile file,
+                      open_regular_file(path, Symlinks::kRefuse, "checkpoint file"));
   std::byte trailer[kChunkTableTrailerBytes];
   const uint64_t end = t.offset + t.stored_length;
-  FP_RETURN_IF_ERROR(pread_exact(file.fd.get(), trailer, sizeof(trailer), end - sizeof(trailer), path));
+  FP_RETURN_IF_ERROR(
+      pread_exact(file.fd.get(), trailer, sizeof(trailer), end - sizeof(trailer), path));
   Result<uint64_t> table_bytes = chunk_table_size(trailer, t.stored_length);
   if (!table_bytes.is_ok()) {
-    return Status(StatusCode::kDataLoss, what + ": " + table_bytes.status().message() + ": the checkpoint is damaged")
+    return Status(StatusCode::kDataLoss,
+                  what + ": " + table_bytes.status().message() + ": the checkpoint is damaged")
         .with_path(path);
   }
   // At most 4 bytes per chunk of at least 1 byte of stored data: bounded by the file.
   std::vector<std::byte> table(static_cast<size_t>(*table_bytes));
-  FP_RETURN_IF_ERROR(pread_exact(file.fd.get(), table.data(), table.size(), end - *table_bytes, path));
-  Result<ChunkTable> parsed =
-      parse_chunk_table(table.data(), *table_bytes, e.compression, e.width, t.length, t.stored_length, what);
+  FP_RETURN_IF_ERROR(
+      pread_exact(file.fd.get(), table.data(), table.size(), end - *table_bytes, path));
+  Result<ChunkTable> parsed = parse_chunk_table(table.data(), *table_bytes, e.compression, e.width,
+                                                t.length, t.stored_length, what);
   if (!parsed.is_ok()) return Status(parsed.status()).with_path(path);
   return parsed;
 }
@@ -93,7 +106,8 @@ Result<ChunkTable> read_chunk_table(const std::string& path, const ManifestTenso
 Status ParallelDecode::add(const ManifestTensor& t, const std::byte* stored, std::byte* raw,
                            std::shared_ptr<const DeltaBaseBytes> base) {
   FP_ASSIGN_OR_RETURN(EncodedTensor e, encoded_tensor(t));
-  if (e.xor_delta && !base) return Status(StatusCode::kInternal, tensor_place(t) + ": an XOR delta without its base");
+  if (e.xor_delta && !base)
+    return Status(StatusCode::kInternal, tensor_place(t) + ": an XOR delta without its base");
   FP_ASSIGN_OR_RETURN(ChunkTable table, chunk_table_in_memory(t, stored));
   const size_t width = table.width;
   auto shared = std::make_shared<ChunkTable>(std::move(table));
@@ -110,12 +124,16 @@ Status ParallelDecode::add(const ManifestTensor& t, const std::byte* stored, std
         st = base->read(raw_at, raw_bytes, raw + raw_at);
         if (st.is_ok()) {
           delta.resize(raw_bytes);
-          Status d = codec.decode(shared->compression, width, stored + begin, frame_bytes, delta.data(), raw_bytes);
-          if (d.is_ok()) xor_into(raw + raw_at, delta.data(), raw_bytes);
-          else st = chunk_damaged(t, k, d);
+          Status d = codec.decode(shared->compression, width, stored + begin, frame_bytes,
+                                  delta.data(), raw_bytes);
+          if (d.is_ok())
+            xor_into(raw + raw_at, delta.data(), raw_bytes);
+          else
+            st = chunk_damaged(t, k, d);
         }
       } else {
-        st = codec.decode(shared->compression, width, stored + begin, frame_bytes, raw + raw_at, raw_bytes);
+        st = codec.decode(shared->compression, width, stored + begin, frame_bytes, raw + raw_at,
+                          raw_bytes);
         if (!st.is_ok()) st = chunk_damaged(t, k, st);
       }
       if (!st.is_ok()) {
@@ -135,7 +153,11 @@ Status ParallelDecode::wait() {
 
 FrameStream::FrameStream(const ManifestTensor& t, ChunkTable table, Sink sink,
                          std::shared_ptr<const DeltaBaseBytes> base)
-    : t_(t), table_(std::move(table)), width_(table_.width), sink_(std::move(sink)), base_(std::move(base)) {}
+    : t_(t),
+      table_(std::move(table)),
+      width_(table_.width),
+      sink_(std::move(sink)),
+      base_(std::move(base)) {}
 
 Status FrameStream::feed(const std::byte* data, size_t n) {
   while (n > 0) {
@@ -158,12 +180,14 @@ Status FrameStream::decode_frame() {
   const size_t k = next_chunk_++;
   const size_t raw_bytes = static_cast<size_t>(table_.chunk_raw_bytes(k, t_.length));
   if (!raw_) raw_.reset(new std::byte[table_.chunk_bytes]);
-  Status st = codec_.decode(table_.compression, width_, frame_.data(), frame_.size(), raw_.get(), raw_bytes);
+  Status st = codec_.decode(table_.compression, width_, frame_.data(), frame_.size(), raw_.get(),
+                            raw_bytes);
   frame_.clear();
   if (!st.is_ok()) return chunk_damaged(t_, k, st);
   const uint64_t raw_at = uint64_t{table_.chunk_bytes} * k;
   if (t_.encoding == kEncodingXorZstd) {
-    if (!base_) return Status(StatusCode::kInternal, tensor_place(t_) + ": an XOR delta without its base");
+    if (!base_)
+      return Status(StatusCode::kInternal, tensor_place(t_) + ": an XOR delta without its base");
     if (!base_raw_) base_raw_.reset(new std::byte[table_.chunk_bytes]);
     FP_RETURN_IF_ERROR(base_->read(raw_at, raw_bytes, base_raw_.get()));
     xor_into(raw_.get(), base_raw_.get(), raw_bytes);

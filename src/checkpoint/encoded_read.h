@@ -86,7 +86,7 @@ class FrameStream {
   Sink sink_;
   std::shared_ptr<const DeltaBaseBytes> base_;
   ChunkCodec codec_;
-  uint64_t stored_pos_ = 0;   // stored bytes fed so far
+  uint64_t stored_pos_ = 0;  // stored bytes fed so far
   size_t next_chunk_ = 0;
   std::vector<std::byte> frame_;  // the bytes of frame next_chunk_ so far
   std::unique_ptr<std::byte[]> raw_;

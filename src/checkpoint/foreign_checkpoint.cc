@@ -51,7 +51,8 @@ std::optional<ForeignTag> detect_deepspeed_tag(const std::string& dir) {
     if (name == kManifestFileName) has_manifest = true;
     if (!deepspeed_file_name(name)) continue;
     struct stat f;
-    if (::fstatat(::dirfd(d), e->d_name, &f, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(f.st_mode)) continue;
+    if (::fstatat(::dirfd(d), e->d_name, &f, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(f.st_mode))
+      continue;
     ++tag.files;
     tag.bytes += static_cast<uint64_t>(f.st_size);
     tag.listing.emplace_back(std::string(name), static_cast<uint64_t>(f.st_size));
@@ -74,7 +75,8 @@ std::vector<ForeignTag> deepspeed_tags(const std::string& root) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
-    if (auto t = detect_deepspeed_tag(checkpoint::join_path(root, name))) out.push_back(std::move(*t));
+    if (auto t = detect_deepspeed_tag(checkpoint::join_path(root, name)))
+      out.push_back(std::move(*t));
   }
   return out;
 }

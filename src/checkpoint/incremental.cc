@@ -25,7 +25,8 @@ std::vector<std::optional<ContentDigest>> digest_tensors(const std::vector<Tenso
   // One task per worker, each taking the next tensor: big and small tensors mix, so a static
   // split would leave one worker with the largest ones.
   constexpr uint64_t kBytesPerWorker = uint64_t{64} << 20;
-  size_t useful = static_cast<size_t>(std::min<uint64_t>(total / kBytesPerWorker + 1, tensors.size()));
+  size_t useful =
+      static_cast<size_t>(std::min<uint64_t>(total / kBytesPerWorker + 1, tensors.size()));
   const size_t workers = TaskPool::choose_threads(threads, useful);
   TaskPool pool(workers > 1 ? workers : 0);  // one worker: the calling thread does it
   std::atomic<size_t> next{0};
@@ -60,8 +61,8 @@ BaseMatch match_base(const std::vector<TensorSource>& tensors,
     if (it != by_name.end()) {
       const ManifestTensor& b = base.tensors[it->second];
       const ManifestFile* file = base.find_file(b.file);
-      previous = b.dtype == t.dtype && b.shape == t.shape && b.length == t.nbytes && b.global_shape.empty() &&
-                 file != nullptr && referenced_checkpoint(*file).empty();
+      previous = b.dtype == t.dtype && b.shape == t.shape && b.length == t.nbytes &&
+                 b.global_shape.empty() && file != nullptr && referenced_checkpoint(*file).empty();
       same = previous && i < digests.size() && digests[i] && b.digest && *b.digest == *digests[i];
     }
     if (same) {
@@ -81,8 +82,8 @@ BaseMatch match_base(const std::vector<TensorSource>& tensors,
   return match;
 }
 
-Result<DeltaSource> delta_source(const Manifest& base, const std::string& base_tag, const std::string& base_dir,
-                                 size_t index) {
+Result<DeltaSource> delta_source(const Manifest& base, const std::string& base_tag,
+                                 const std::string& base_dir, size_t index) {
   const ManifestTensor& b = base.tensors[index];
   const ManifestFile* file = base.find_file(b.file);
   if (file == nullptr) return Status(StatusCode::kInternal, "the base tensor's file is not listed");
@@ -134,7 +135,6 @@ std::vector<ManifestFile> referenced_files(const Manifest& base, const std::stri
   return out;
 }
 
-
 namespace {
 
 // check_base_tensors' memory: per base, the tensors found intact.
@@ -149,7 +149,8 @@ CheckedBases& checked_bases() {
 }
 
 std::string base_key(const IncrementalBase& base) {
-  return base.dir + "\n" + std::to_string(base.manifest->sequence) + "\n" + base.manifest->fingerprint;
+  return base.dir + "\n" + std::to_string(base.manifest->sequence) + "\n" +
+         base.manifest->fingerprint;
 }
 
 // Whether base tensor `index` reads back with its checksum and digest.
@@ -158,7 +159,8 @@ bool tensor_intact(CheckpointReader& reader, size_t index) {
   if (!t.digest) return false;
   Xxh3Stream hash;
   constexpr uint64_t kPieceBytes = uint64_t{8} << 20;
-  Status st = reader.read_pieces(index, kPieceBytes, /*verify=*/reader.manifest().checksum_algorithm != kNoChecksum,
+  Status st = reader.read_pieces(index, kPieceBytes,
+                                 /*verify=*/reader.manifest().checksum_algorithm != kNoChecksum,
                                  [&](uint64_t, const std::byte* data, size_t n) {
                                    hash.update(data, n);
                                    return Status::ok();
@@ -170,7 +172,8 @@ bool tensor_intact(CheckpointReader& reader, size_t index) {
 // the order of `all`, then the base files the references point into.
 Result<ShardWriteResult> write_changed(ShardWriter& writer, const std::string& directory,
                                        const std::vector<TensorSource>& all, const BaseMatch& match,
-                                       const IncrementalBase& base, const ShardWriteCallbacks& callbacks) {
+                                       const IncrementalBase& base,
+                                       const ShardWriteCallbacks& callbacks) {
   std::vector<TensorSource> changed;
   std::vector<std::optional<DeltaSource>> deltas;  // XOR deltas: per changed tensor
   bool any_delta = false;
@@ -179,7 +182,8 @@ Result<ShardWriteResult> write_changed(ShardWriter& writer, const std::string& d
     changed.push_back(all[i]);
     deltas.emplace_back();
     if (match.delta_index[i]) {
-      FP_ASSIGN_OR_RETURN(deltas.back(), delta_source(*base.manifest, base.tag, base.dir, *match.delta_index[i]));
+      FP_ASSIGN_OR_RETURN(deltas.back(),
+                          delta_source(*base.manifest, base.tag, base.dir, *match.delta_index[i]));
       any_delta = true;
     }
   }
@@ -190,16 +194,19 @@ Result<ShardWriteResult> write_changed(ShardWriter& writer, const std::string& d
   data.tensors.clear();
   size_t next_written = 0;
   for (size_t i = 0; i < all.size(); ++i) {
-    data.tensors.push_back(match.base_index[i] ? referenced_tensor(*base.manifest, base.tag, *match.base_index[i])
-                                               : std::move(written[next_written++]));
+    data.tensors.push_back(match.base_index[i]
+                               ? referenced_tensor(*base.manifest, base.tag, *match.base_index[i])
+                               : std::move(written[next_written++]));
   }
-  for (ManifestFile& f : referenced_files(*base.manifest, base.tag, data.tensors)) data.files.push_back(std::move(f));
+  for (ManifestFile& f : referenced_files(*base.manifest, base.tag, data.tensors))
+    data.files.push_back(std::move(f));
   return data;
 }
 
 }  // namespace
 
-std::vector<bool> check_base_tensors(const IncrementalBase& base, const std::vector<size_t>& indices,
+std::vector<bool> check_base_tensors(const IncrementalBase& base,
+                                     const std::vector<size_t>& indices,
                                      std::shared_ptr<IoEngine> engine) {
   std::vector<bool> ok(indices.size(), false);
   const std::string key = base_key(base);
@@ -230,7 +237,8 @@ std::vector<bool> check_base_tensors(const IncrementalBase& base, const std::vec
     const size_t index = indices[i];
     const ManifestTensor& t = m.tensors[index];
     const ManifestTensor& matched = base.manifest->tensors[index];
-    if (t.name != matched.name || t.digest != matched.digest || t.checksum != matched.checksum) continue;
+    if (t.name != matched.name || t.digest != matched.digest || t.checksum != matched.checksum)
+      continue;
     if (tensor_intact(**reader, index)) {
       ok[i] = true;
       found.push_back(index);
@@ -243,8 +251,9 @@ std::vector<bool> check_base_tensors(const IncrementalBase& base, const std::vec
 }
 
 Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& directory,
-                                  const std::vector<TensorSource>& tensors, const ShardPlan* full_plan,
-                                  const IncrementalBase* base, bool xor_deltas, unsigned threads,
+                                  const std::vector<TensorSource>& tensors,
+                                  const ShardPlan* full_plan, const IncrementalBase* base,
+                                  bool xor_deltas, unsigned threads,
                                   const ShardWriteCallbacks& callbacks) {
   // With a base, the tensors are hashed first, to know which to write. Without one the write is
   // full and the writer records the digests from the staged bytes, in the checksum's pass.
@@ -263,7 +272,8 @@ Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& direct
           positions.push_back(i);
         }
       }
-      std::vector<bool> intact = check_base_tensors(*base, matched, std::shared_ptr<IoEngine>(&writer.engine(), [](IoEngine*) {}));
+      std::vector<bool> intact = check_base_tensors(
+          *base, matched, std::shared_ptr<IoEngine>(&writer.engine(), [](IoEngine*) {}));
       for (size_t k = 0; k < positions.size(); ++k) {
         if (intact[k]) continue;
         const size_t i = positions[k];
@@ -276,7 +286,7 @@ Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& direct
   TensorWrite out;
   out.references_base = base != nullptr && match.worth_it();
   Result<ShardWriteResult> written =
-      out.references_base ? write_changed(writer, directory, tensors, match, *base, callbacks)
+      out.references_base    ? write_changed(writer, directory, tensors, match, *base, callbacks)
       : full_plan != nullptr ? writer.write(directory, tensors, *full_plan, callbacks)
                              : writer.write(directory, tensors, callbacks);
   FP_RETURN_IF_ERROR(written.status());

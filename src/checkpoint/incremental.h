@@ -61,8 +61,8 @@ BaseMatch match_base(const std::vector<TensorSource>& tensors,
 // The XOR delta source of changed tensor `i` (match.delta_index[i] set): the base's bytes as
 // this checkpoint's manifest names them ("<base_tag>/<file>"), at `base_dir` (the base
 // checkpoint's directory; its file is resolved there, refusing symbolic links).
-Result<DeltaSource> delta_source(const Manifest& base, const std::string& base_tag, const std::string& base_dir,
-                                 size_t index);
+Result<DeltaSource> delta_source(const Manifest& base, const std::string& base_tag,
+                                 const std::string& base_dir, size_t index);
 
 // The record of base tensor `base.tensors[index]` as this checkpoint stores it: a reference into
 // `base_tag`'s file, named `name`.
@@ -75,7 +75,6 @@ uint64_t own_stored_bytes(const Manifest& m);
 // "<base_tag>/<file>"), each once, in the base's order.
 std::vector<ManifestFile> referenced_files(const Manifest& base, const std::string& base_tag,
                                            const std::vector<ManifestTensor>& tensors);
-
 
 // A committed full checkpoint that a save compares against and may reference.
 struct IncrementalBase {
@@ -95,7 +94,8 @@ struct IncrementalBase {
 // for the life of the process per base (directory, sequence and fingerprint), so a tensor is
 // read once however many saves reference it. A base whose manifest on disk is no longer
 // `base.manifest` fails every tensor.
-std::vector<bool> check_base_tensors(const IncrementalBase& base, const std::vector<size_t>& indices,
+std::vector<bool> check_base_tensors(const IncrementalBase& base,
+                                     const std::vector<size_t>& indices,
                                      std::shared_ptr<IoEngine> engine);
 
 // What write_tensors wrote.
@@ -115,8 +115,9 @@ struct TensorWrite {
 // otherwise it writes them all after all. The source memory must stay unchanged until
 // callbacks.on_snapshot_done.
 Result<TensorWrite> write_tensors(ShardWriter& writer, const std::string& directory,
-                                  const std::vector<TensorSource>& tensors, const ShardPlan* full_plan,
-                                  const IncrementalBase* base, bool xor_deltas, unsigned threads,
+                                  const std::vector<TensorSource>& tensors,
+                                  const ShardPlan* full_plan, const IncrementalBase* base,
+                                  bool xor_deltas, unsigned threads,
                                   const ShardWriteCallbacks& callbacks = {});
 
 }  // namespace fastpersist::checkpoint

@@ -25,9 +25,9 @@ namespace {
 constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
 
 struct Batch {
-  std::vector<size_t> plan_index;  // into LoadPlan::tensors
+  std::vector<size_t> plan_index;                         // into LoadPlan::tensors
   std::vector<const std::byte*> stored;                   // each tensor's stored bytes
-  std::vector<std::byte*> raw;                           // where each tensor is decoded
+  std::vector<std::byte*> raw;                            // where each tensor is decoded
   std::vector<std::shared_ptr<PinnedBuffer>> to_convert;  // set: raw is this span, converted after
   uint64_t raw_bytes = 0;
   // Last: destroyed first, so no decoding task outlives the memory above.
@@ -55,7 +55,8 @@ struct CheckpointReader::DecodeStep {
     }
     if (todo.empty()) return Status::ok();
     TaskPool pool(TaskPool::choose_threads(0, static_cast<size_t>(chunks)));
-    uint64_t limit = request.max_memory != 0 ? std::max<uint64_t>(request.max_memory / 2, 1) : kBatchBytes;
+    uint64_t limit =
+        request.max_memory != 0 ? std::max<uint64_t>(request.max_memory / 2, 1) : kBatchBytes;
     // Two buffers of stored bytes, reused batch after batch: one is read into while the other's
     // batch is decoded.
     PinnedBuffer stored[2];
@@ -73,7 +74,8 @@ struct CheckpointReader::DecodeStep {
         tensors.push_back(plan.tensors[todo[i]].tensor);
         bytes += cost;
       }
-      FP_RETURN_IF_ERROR(reader.read_stored_into(tensors, request.verify, stored[next_buffer], &batch->stored));
+      FP_RETURN_IF_ERROR(
+          reader.read_stored_into(tensors, request.verify, stored[next_buffer], &batch->stored));
       next_buffer ^= 1;
       batch->decode = std::make_unique<checkpoint::ParallelDecode>(pool);
       FP_RETURN_IF_ERROR(start(*batch));
@@ -95,14 +97,16 @@ struct CheckpointReader::DecodeStep {
       b.raw_bytes += t.length;
       const LoadDestination* only =
           p.destinations.size() == 1 ? &request.destinations[p.destinations[0]] : nullptr;
-      if (only != nullptr && only->dtype == t.dtype && checkpoint::is_contiguous(t.shape, only->strides)) {
+      if (only != nullptr && only->dtype == t.dtype &&
+          checkpoint::is_contiguous(t.shape, only->strides)) {
         b.raw[j] = only->data;
       } else if (p.destinations.empty() && p.dtype == t.dtype) {
         FP_ASSIGN_OR_RETURN(lt.buffer, checkpoint::new_load_memory(t.length, /*huge_pages=*/true));
         lt.offset = 0;
         b.raw[j] = lt.buffer->data();
       } else {
-        FP_ASSIGN_OR_RETURN(b.to_convert[j], checkpoint::new_load_memory(t.length, /*huge_pages=*/true));
+        FP_ASSIGN_OR_RETURN(b.to_convert[j],
+                            checkpoint::new_load_memory(t.length, /*huge_pages=*/true));
         b.raw[j] = b.to_convert[j]->data();
       }
       auto base = reader.delta_base_of(t);
@@ -124,11 +128,13 @@ struct CheckpointReader::DecodeStep {
       if (verify) {
         uint64_t actual = xxh3_64(b.raw[j], static_cast<size_t>(t.length));
         if (actual != t.checksum) {
-          const std::string whose = t.delta_base ? "the checkpoint or its base (" + t.delta_base->file + ") is damaged"
-                                                 : "the checkpoint is damaged";
-          return Status(StatusCode::kDataLoss, checkpoint::tensor_place(t) + " fails its checksum after decoding (manifest " +
-                                                   checksum_to_hex(t.checksum) + ", data " + checksum_to_hex(actual) +
-                                                   "): " + whose)
+          const std::string whose =
+              t.delta_base ? "the checkpoint or its base (" + t.delta_base->file + ") is damaged"
+                           : "the checkpoint is damaged";
+          return Status(StatusCode::kDataLoss, checkpoint::tensor_place(t) +
+                                                   " fails its checksum after decoding (manifest " +
+                                                   checksum_to_hex(t.checksum) + ", data " +
+                                                   checksum_to_hex(actual) + "): " + whose)
               .with_path(reader.path_of(t))
               .with_range(t.offset, t.stored_length);
         }
@@ -136,7 +142,8 @@ struct CheckpointReader::DecodeStep {
       if (!b.to_convert[j]) continue;
       LoadedTensor& lt = out.tensors[b.plan_index[j]];
       std::vector<checkpoint::OutputMemory> outputs;
-      for (size_t d : p.destinations) outputs.push_back(checkpoint::output_of(request.destinations[d]));
+      for (size_t d : p.destinations)
+        outputs.push_back(checkpoint::output_of(request.destinations[d]));
       if (outputs.empty()) {
         FP_ASSIGN_OR_RETURN(lt.buffer, checkpoint::new_load_memory(lt.nbytes));
         lt.offset = 0;
@@ -154,7 +161,8 @@ struct CheckpointReader::DecodeStep {
 };
 
 Status CheckpointReader::load_decoded(const checkpoint::LoadPlan& plan, const LoadRequest& request,
-                                      LoadResult& out, const std::function<void(uint64_t)>& report) {
+                                      LoadResult& out,
+                                      const std::function<void(uint64_t)>& report) {
   return DecodeStep{*this, plan, request, out, report}.run();
 }
 

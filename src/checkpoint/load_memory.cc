@@ -43,21 +43,24 @@ std::optional<std::vector<std::pair<uintptr_t, uintptr_t>>> writable_mappings() 
 
 }  // namespace
 
-Result<uint64_t> destination_extent(const std::vector<uint64_t>& shape, const std::vector<int64_t>& strides,
-                                    size_t element_size) {
+Result<uint64_t> destination_extent(const std::vector<uint64_t>& shape,
+                                    const std::vector<int64_t>& strides, size_t element_size) {
   uint64_t count = 1;
   for (uint64_t d : shape) {
-    if (!multiply(count, d, &count)) return Status(StatusCode::kInvalidArgument, "the shape overflows");
+    if (!multiply(count, d, &count))
+      return Status(StatusCode::kInvalidArgument, "the shape overflows");
   }
   if (count == 0) return uint64_t{0};
   uint64_t bytes = 0;
   if (strides.empty()) {
-    if (!multiply(count, element_size, &bytes)) return Status(StatusCode::kInvalidArgument, "the shape overflows");
+    if (!multiply(count, element_size, &bytes))
+      return Status(StatusCode::kInvalidArgument, "the shape overflows");
     return bytes;
   }
   if (strides.size() != shape.size()) {
-    return Status(StatusCode::kInvalidArgument, "it has " + std::to_string(strides.size()) + " strides for " +
-                                                    std::to_string(shape.size()) + " dimensions");
+    return Status(StatusCode::kInvalidArgument, "it has " + std::to_string(strides.size()) +
+                                                    " strides for " + std::to_string(shape.size()) +
+                                                    " dimensions");
   }
   // Sorted by stride, each dimension must step past everything the smaller ones reach: then no
   // two elements share memory, and the last element is the farthest.
@@ -65,8 +68,9 @@ Result<uint64_t> destination_extent(const std::vector<uint64_t>& shape, const st
   for (size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] == 1) continue;
     if (strides[k] <= 0) {
-      return Status(StatusCode::kInvalidArgument, "its strides are negative or repeat elements (stride " +
-                                                      std::to_string(strides[k]) + ")");
+      return Status(StatusCode::kInvalidArgument,
+                    "its strides are negative or repeat elements (stride " +
+                        std::to_string(strides[k]) + ")");
     }
     dims.emplace_back(static_cast<uint64_t>(strides[k]), shape[k]);
   }
@@ -75,14 +79,15 @@ Result<uint64_t> destination_extent(const std::vector<uint64_t>& shape, const st
   for (const auto& [stride, size] : dims) {
     uint64_t step = 0;
     if (stride <= reach) {
-      return Status(StatusCode::kInvalidArgument, "its strides make elements overlap (stride " +
-                                                      std::to_string(stride) + ")");
+      return Status(StatusCode::kInvalidArgument,
+                    "its strides make elements overlap (stride " + std::to_string(stride) + ")");
     }
     if (!multiply(size - 1, stride, &step) || __builtin_add_overflow(reach, step, &reach)) {
       return Status(StatusCode::kInvalidArgument, "its strides overflow");
     }
   }
-  if (!multiply(reach + 1, element_size, &bytes)) return Status(StatusCode::kInvalidArgument, "its strides overflow");
+  if (!multiply(reach + 1, element_size, &bytes))
+    return Status(StatusCode::kInvalidArgument, "its strides overflow");
   return bytes;
 }
 
@@ -95,25 +100,28 @@ Status check_writable(std::vector<MemoryRange> ranges) {
     uintptr_t end = 0;
     bool wraps = __builtin_add_overflow(begin, r.size, &end);
     // The last mapping that starts at or before `begin`.
-    auto it = std::upper_bound(mappings->begin(), mappings->end(), std::make_pair(begin, UINTPTR_MAX));
+    auto it =
+        std::upper_bound(mappings->begin(), mappings->end(), std::make_pair(begin, UINTPTR_MAX));
     bool ok = !wraps && it != mappings->begin() && std::prev(it)->second >= end;
     if (!ok) {
       return Status(StatusCode::kInvalidArgument,
-                    "the destination of '" + (r.name ? *r.name : std::string()) + "' (" + std::to_string(r.size) +
-                        " bytes) is not writable memory of this process");
+                    "the destination of '" + (r.name ? *r.name : std::string()) + "' (" +
+                        std::to_string(r.size) + " bytes) is not writable memory of this process");
     }
   }
   return Status::ok();
 }
 
-Status write_elements(const std::byte* src, const std::string& src_dtype, uint64_t first, uint64_t count,
-                      const OutputMemory& out) {
+Status write_elements(const std::byte* src, const std::string& src_dtype, uint64_t first,
+                      uint64_t count, const OutputMemory& out) {
   const DtypeInfo* from = find_dtype(src_dtype);
   const DtypeInfo* to = find_dtype(out.dtype);
-  if (from == nullptr || to == nullptr) return Status(StatusCode::kInternal, "write_elements: unknown dtype");
+  if (from == nullptr || to == nullptr)
+    return Status(StatusCode::kInternal, "write_elements: unknown dtype");
   const size_t rank = out.shape.size();
   if (out.strides.empty() || rank == 0) {
-    return convert_elements(src_dtype, src, out.dtype, out.data + first * to->size, static_cast<size_t>(count));
+    return convert_elements(src_dtype, src, out.dtype, out.data + first * to->size,
+                            static_cast<size_t>(count));
   }
   // Row by row along the last dimension: convert the row's run, then place it by stride.
   const uint64_t row_length = out.shape[rank - 1];
@@ -131,10 +139,12 @@ Status write_elements(const std::byte* src, const std::string& src_dtype, uint64
     std::byte* at = out.data + offset * static_cast<int64_t>(to->size);
     const std::byte* from_bytes = src + (e - first) * from->size;
     if (inner_stride == 1) {
-      FP_RETURN_IF_ERROR(convert_elements(src_dtype, from_bytes, out.dtype, at, static_cast<size_t>(take)));
+      FP_RETURN_IF_ERROR(
+          convert_elements(src_dtype, from_bytes, out.dtype, at, static_cast<size_t>(take)));
     } else {
       row.resize(static_cast<size_t>(take) * to->size);
-      FP_RETURN_IF_ERROR(convert_elements(src_dtype, from_bytes, out.dtype, row.data(), static_cast<size_t>(take)));
+      FP_RETURN_IF_ERROR(convert_elements(src_dtype, from_bytes, out.dtype, row.data(),
+                                          static_cast<size_t>(take)));
       for (uint64_t j = 0; j < take; ++j) {
         std::memcpy(at + static_cast<int64_t>(j) * inner_stride * static_cast<int64_t>(to->size),
                     row.data() + j * to->size, to->size);
@@ -146,10 +156,12 @@ Status write_elements(const std::byte* src, const std::string& src_dtype, uint64
 }
 
 Result<std::shared_ptr<PinnedBuffer>> new_load_memory(uint64_t bytes, bool huge_pages) {
-  FP_ASSIGN_OR_RETURN(PinnedBuffer b, PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(bytes, 1)),
-                                                             /*lock_memory=*/false));
+  FP_ASSIGN_OR_RETURN(PinnedBuffer b,
+                      PinnedBuffer::allocate(static_cast<size_t>(std::max<uint64_t>(bytes, 1)),
+                                             /*lock_memory=*/false));
   constexpr uint64_t kHugePage = uint64_t{2} << 20;
-  if (huge_pages && bytes >= kHugePage) (void)::madvise(b.data(), static_cast<size_t>(bytes), MADV_HUGEPAGE);
+  if (huge_pages && bytes >= kHugePage)
+    (void)::madvise(b.data(), static_cast<size_t>(bytes), MADV_HUGEPAGE);
   return std::make_shared<PinnedBuffer>(std::move(b));
 }
 

@@ -23,7 +23,8 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
 
 std::string listed(const std::vector<std::string>& names, const char* separator) {
   std::string s;
-  for (size_t i = 0; i < names.size() && i < kListedNames; ++i) s += (i ? separator : "") + names[i];
+  for (size_t i = 0; i < names.size() && i < kListedNames; ++i)
+    s += (i ? separator : "") + names[i];
   return names.size() > kListedNames ? s + " ..." : s;
 }
 
@@ -49,17 +50,21 @@ class NameIndex {
 };
 
 // Strides with the contiguous case spelled one way (empty).
-std::vector<int64_t> plain_strides(const std::vector<uint64_t>& shape, const std::vector<int64_t>& strides) {
+std::vector<int64_t> plain_strides(const std::vector<uint64_t>& shape,
+                                   const std::vector<int64_t>& strides) {
   return is_contiguous(shape, strides) ? std::vector<int64_t>() : strides;
 }
 
-Status invalid(std::string message) { return Status(StatusCode::kInvalidArgument, std::move(message)); }
+Status invalid(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message));
+}
 
 Status strict_failure(const std::string& dir, const LoadPlan& plan) {
   std::string parts;
   auto add = [&](const std::string& part) { parts += (parts.empty() ? "" : " | ") + part; };
   if (!plan.missing.empty()) add("missing from the checkpoint: " + listed(plan.missing, ", "));
-  if (!plan.unexpected.empty()) add("in the checkpoint but not in into=: " + listed(plan.unexpected, ", "));
+  if (!plan.unexpected.empty())
+    add("in the checkpoint but not in into=: " + listed(plan.unexpected, ", "));
   if (!plan.mismatched.empty()) add("shape mismatch: " + listed(plan.mismatched, "; "));
   return invalid("checkpoint " + dir + " does not match what was asked (strict=True): " + parts +
                  ". Pass strict=False to load what matches.");
@@ -121,8 +126,8 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
     if (!name_selected(dest.name)) continue;
     const ManifestTensor& t = m.tensors[*i];
     if (dest.shape != t.shape) {
-      plan.mismatched.push_back(dest.name + ": checkpoint " + shape_text(t.shape) + ", destination " +
-                                shape_text(dest.shape));
+      plan.mismatched.push_back(dest.name + ": checkpoint " + shape_text(t.shape) +
+                                ", destination " + shape_text(dest.shape));
       continue;
     }
     const DtypeInfo* info = find_dtype(dest.dtype);
@@ -131,8 +136,9 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
                      "', which no checkpoint tensor loads into");
     }
     if (!conversion_supported(t.dtype, dest.dtype)) {
-      return invalid("cannot load tensor '" + dest.name + "' (" + t.dtype + ") into a destination of " +
-                     dest.dtype + ": " + convert_elements(t.dtype, nullptr, dest.dtype, nullptr, 0).message());
+      return invalid("cannot load tensor '" + dest.name + "' (" + t.dtype +
+                     ") into a destination of " + dest.dtype + ": " +
+                     convert_elements(t.dtype, nullptr, dest.dtype, nullptr, 0).message());
     }
     if (dest.data == nullptr) {
       plan.destination_state[d] = DestinationState::kCallerCopies;
@@ -140,14 +146,17 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
       continue;
     }
     Result<uint64_t> extent = destination_extent(dest.shape, dest.strides, info->size);
-    if (!extent.is_ok()) return invalid("the destination of '" + dest.name + "': " + extent.status().message());
+    if (!extent.is_ok())
+      return invalid("the destination of '" + dest.name + "': " + extent.status().message());
     if (extent.value() > dest.capacity_bytes) {
-      return invalid("the destination of '" + dest.name + "' holds " + std::to_string(dest.capacity_bytes) +
-                     " bytes, but its shape " + shape_text(dest.shape) + " of " + dest.dtype + " spans " +
+      return invalid("the destination of '" + dest.name + "' holds " +
+                     std::to_string(dest.capacity_bytes) + " bytes, but its shape " +
+                     shape_text(dest.shape) + " of " + dest.dtype + " spans " +
                      std::to_string(extent.value()));
     }
     if (dest.memory != MemoryKind::kHost) {
-      if (dest.device < 0) return invalid("the destination of '" + dest.name + "' is device memory without a device");
+      if (dest.device < 0)
+        return invalid("the destination of '" + dest.name + "' is device memory without a device");
       // Not host memory, so not in /proc/self/maps; whether its tensor can go there is decided
       // per tensor below.
       plan.destination_state[d] = DestinationState::kFilled;
@@ -174,7 +183,8 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
   }
 
   // Requested dtypes, by stored tensor (tied names share one tensor and one dtype).
-  if (!r.dtype.empty() && find_dtype(r.dtype) == nullptr) return invalid("dtype= names an unknown dtype '" + r.dtype + "'");
+  if (!r.dtype.empty() && find_dtype(r.dtype) == nullptr)
+    return invalid("dtype= names an unknown dtype '" + r.dtype + "'");
   std::vector<const std::string*> wanted(n, nullptr);
   std::vector<std::string> unknown;
   for (const auto& [name, dtype] : r.dtype_by_name) {
@@ -183,16 +193,17 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
       unknown.push_back(name);
       continue;
     }
-    if (find_dtype(dtype) == nullptr) return invalid("dtype= asks for an unknown dtype '" + dtype + "' for '" + name + "'");
+    if (find_dtype(dtype) == nullptr)
+      return invalid("dtype= asks for an unknown dtype '" + dtype + "' for '" + name + "'");
     if (wanted[*i] != nullptr && *wanted[*i] != dtype) {
-      return invalid("dtype= asks for both " + *wanted[*i] + " and " + dtype + " for '" + m.tensors[*i].name +
-                     "' (tied names share one tensor)");
+      return invalid("dtype= asks for both " + *wanted[*i] + " and " + dtype + " for '" +
+                     m.tensors[*i].name + "' (tied names share one tensor)");
     }
     wanted[*i] = &dtype;
   }
   if (r.strict && !unknown.empty()) {
-    return invalid("dtype= names tensors that checkpoint " + dir + " does not have: " + listed(unknown, ", ") +
-                   ". Pass strict=False to ignore them.");
+    return invalid("dtype= names tensors that checkpoint " + dir + " does not have: " +
+                   listed(unknown, ", ") + ". Pass strict=False to ignore them.");
   }
   if (r.strict && (!plan.missing.empty() || !plan.unexpected.empty() || !plan.mismatched.empty())) {
     return strict_failure(dir, plan);
@@ -205,7 +216,8 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
     if (Status st = check_encoding_supported(t); !st.is_ok()) return st;
     const bool encoded = t.encoding != kEncodingRaw;
     const DtypeInfo* stored = find_dtype(t.dtype);
-    if (stored == nullptr) return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' has an unknown dtype");
+    if (stored == nullptr)
+      return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' has an unknown dtype");
     PlannedTensor p;
     p.tensor = i;
     // The same memory named twice (tied weights in into=) is written once.
@@ -214,8 +226,9 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
       bool same = false;
       for (size_t e : p.destinations) {
         const LoadDestination& kept = r.destinations[e];
-        same = same || (kept.data == dest.data && kept.dtype == dest.dtype &&
-                        plain_strides(kept.shape, kept.strides) == plain_strides(dest.shape, dest.strides));
+        same = same ||
+               (kept.data == dest.data && kept.dtype == dest.dtype &&
+                plain_strides(kept.shape, kept.strides) == plain_strides(dest.shape, dest.strides));
       }
       if (!same) p.destinations.push_back(d);
     }

@@ -7,10 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
-
-#include <memory>
 
 #include "fastpersist/checkpoint_load.h"
 #include "fastpersist/manifest.h"
@@ -37,8 +36,8 @@ enum class LoadRoute {
 };
 
 struct PlannedTensor {
-  size_t tensor = 0;            // manifest index
-  std::string dtype;            // of the loaded elements
+  size_t tensor = 0;  // manifest index
+  std::string dtype;  // of the loaded elements
   LoadRoute route = LoadRoute::kSpan;
   std::vector<size_t> destinations;  // indices of LoadRequest::destinations it fills
 };

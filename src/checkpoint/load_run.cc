@@ -21,7 +21,9 @@ constexpr size_t kResultAlignment = 64;  // of every tensor placed in new memory
 
 uint64_t element_count(const ManifestTensor& t) { return t.length / find_dtype(t.dtype)->size; }
 
-Result<std::shared_ptr<PinnedBuffer>> new_memory(uint64_t bytes) { return checkpoint::new_load_memory(bytes); }
+Result<std::shared_ptr<PinnedBuffer>> new_memory(uint64_t bytes) {
+  return checkpoint::new_load_memory(bytes);
+}
 
 }  // namespace
 
@@ -54,7 +56,8 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
   if (request.progress) request.progress(0, total);
   auto outputs_of = [&](const checkpoint::PlannedTensor& p) {
     std::vector<checkpoint::OutputMemory> outputs;
-    for (size_t d : p.destinations) outputs.push_back(checkpoint::output_of(request.destinations[d]));
+    for (size_t d : p.destinations)
+      outputs.push_back(checkpoint::output_of(request.destinations[d]));
     return outputs;
   };
 
@@ -64,8 +67,8 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
   for (const checkpoint::PlannedTensor& p : plan.tensors) {
     if (p.route != LoadRoute::kDirect) continue;
     const LoadDestination& d = request.destinations[p.destinations[0]];
-    direct.push_back({p.tensor, d.data, d.capacity_bytes,
-                      d.memory == MemoryKind::kHost ? -1 : d.device});
+    direct.push_back(
+        {p.tensor, d.data, d.capacity_bytes, d.memory == MemoryKind::kHost ? -1 : d.device});
     direct_bytes += manifest_.tensors[p.tensor].length;
   }
   if (!direct.empty()) {
@@ -88,7 +91,8 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
     const size_t element = find_dtype(t.dtype)->size;
     auto sink = [&](uint64_t offset, const std::byte* data, size_t size) -> Status {
       for (const checkpoint::OutputMemory& o : outputs) {
-        FP_RETURN_IF_ERROR(checkpoint::write_elements(data, t.dtype, offset / element, size / element, o));
+        FP_RETURN_IF_ERROR(
+            checkpoint::write_elements(data, t.dtype, offset / element, size / element, o));
       }
       return Status::ok();
     };
@@ -150,7 +154,8 @@ Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
     return Status::ok();
   };
   uint64_t limit = request.max_memory;
-  if (request.progress) limit = std::min(limit == 0 ? kProgressBatchBytes : limit, kProgressBatchBytes);
+  if (request.progress)
+    limit = std::min(limit == 0 ? kProgressBatchBytes : limit, kProgressBatchBytes);
   std::vector<size_t> batch;
   uint64_t batch_bytes = 0;
   for (size_t k = 0; k < plan.tensors.size(); ++k) {

@@ -38,8 +38,9 @@ Result<std::string> resolve_manifest_file(const std::string& dir, const Manifest
   if (::lstat(target_dir.c_str(), &st) != 0) {
     int err = errno;
     return damaged_reference(file, target_dir,
-                             err == ENOENT ? "which is not in the root (removed?)"
-                                           : "which cannot be examined: " + std::string(strerror(err)));
+                             err == ENOENT
+                                 ? "which is not in the root (removed?)"
+                                 : "which cannot be examined: " + std::string(strerror(err)));
   }
   if (S_ISLNK(st.st_mode)) {
     return damaged_reference(file, target_dir,
@@ -64,13 +65,15 @@ Status check_manifest_files(const std::string& dir, const Manifest& manifest) {
     auto size = file_size(path);
     if (!size.is_ok()) {
       const bool missing = size.status().code() == StatusCode::kNotFound;
-      return Status(StatusCode::kDataLoss, "checkpoint file " + printable(f.name) +
-                                               (missing ? " is missing" : " is " + size.status().message()))
+      return Status(StatusCode::kDataLoss,
+                    "checkpoint file " + printable(f.name) +
+                        (missing ? " is missing" : " is " + size.status().message()))
           .with_path(path);
     }
     if (*size != f.size) {
       return Status(StatusCode::kDataLoss, "checkpoint file " + printable(f.name) + " is " +
-                                               std::to_string(*size) + " bytes, the manifest says " +
+                                               std::to_string(*size) +
+                                               " bytes, the manifest says " +
                                                std::to_string(f.size) + " (truncated or replaced)")
           .with_path(path);
     }
@@ -103,7 +106,8 @@ Result<BaseRecords> records_of(const std::string& root, const std::string& tag) 
   BaseRecords out;
   for (const ManifestTensor& t : base.tensors) {
     if (!referenced_tag(t.file).empty()) continue;  // the base's own bytes only
-    out.emplace(std::pair{tag + "/" + t.file, t.offset}, StoredRecord{t.length, t.stored_length, t.encoding, t.checksum});
+    out.emplace(std::pair{tag + "/" + t.file, t.offset},
+                StoredRecord{t.length, t.stored_length, t.encoding, t.checksum});
   }
   return out;
 }
@@ -112,10 +116,12 @@ Result<BaseRecords> records_of(const std::string& root, const std::string& tag) 
 
 Status check_references_against_bases(const std::string& dir, const Manifest& manifest) {
   const size_t slash = dir.find_last_of('/');
-  const std::string root = slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash);
+  const std::string root = slash == std::string::npos ? "."
+                           : slash == 0               ? "/"
+                                                      : dir.substr(0, slash);
   std::map<std::string, BaseRecords> bases;
-  auto check = [&](const std::string& tensor, const std::string& file, uint64_t offset, const StoredRecord& claim,
-                   const char* what) -> Status {
+  auto check = [&](const std::string& tensor, const std::string& file, uint64_t offset,
+                   const StoredRecord& claim, const char* what) -> Status {
     const std::string tag = referenced_tag(file);
     if (tag.empty()) return Status::ok();
     auto it = bases.find(tag);
@@ -126,23 +132,25 @@ Status check_references_against_bases(const std::string& dir, const Manifest& ma
     auto [first, last] = it->second.equal_range({file, offset});
     const bool recorded = std::any_of(first, last, [&](const auto& entry) {
       const StoredRecord& r = entry.second;
-      return r.length == claim.length && r.stored_length == claim.stored_length && r.encoding == claim.encoding &&
-             r.checksum == claim.checksum;
+      return r.length == claim.length && r.stored_length == claim.stored_length &&
+             r.encoding == claim.encoding && r.checksum == claim.checksum;
     });
     if (!recorded) {
-      return Status(StatusCode::kDataLoss, "tensor " + printable(tensor) + ": its " + what + " at offset " +
-                                               std::to_string(offset) + " of " + printable(file) +
-                                               " is not what checkpoint '" + tag +
+      return Status(StatusCode::kDataLoss, "tensor " + printable(tensor) + ": its " + what +
+                                               " at offset " + std::to_string(offset) + " of " +
+                                               printable(file) + " is not what checkpoint '" + tag +
                                                "' records there (a forged or damaged manifest)")
           .with_path(join_path(dir, std::string(kManifestFileName)));
     }
     return Status::ok();
   };
   for (const ManifestTensor& t : manifest.tensors) {
-    FP_RETURN_IF_ERROR(check(t.name, t.file, t.offset, {t.length, t.stored_length, t.encoding, t.checksum}, "reference"));
+    FP_RETURN_IF_ERROR(check(t.name, t.file, t.offset,
+                             {t.length, t.stored_length, t.encoding, t.checksum}, "reference"));
     if (t.delta_base) {
       const DeltaBase& b = *t.delta_base;
-      FP_RETURN_IF_ERROR(check(t.name, b.file, b.offset, {t.length, b.stored_length, b.encoding, b.checksum}, "delta base"));
+      FP_RETURN_IF_ERROR(check(t.name, b.file, b.offset,
+                               {t.length, b.stored_length, b.encoding, b.checksum}, "delta base"));
     }
   }
   return Status::ok();

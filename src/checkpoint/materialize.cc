@@ -20,7 +20,8 @@ namespace {
 // Copies `from` (exactly `size` bytes) into the new file `to`: copy_file_range (a reflink or
 // an in-kernel copy where the filesystem offers one), read/write where it does not.
 Status copy_file(const std::string& from, const std::string& to, uint64_t size, bool durable) {
-  FP_ASSIGN_OR_RETURN(RegularFile src, open_regular_file(from, Symlinks::kRefuse, "referenced file"));
+  FP_ASSIGN_OR_RETURN(RegularFile src,
+                      open_regular_file(from, Symlinks::kRefuse, "referenced file"));
   if (src.size != size) {
     return Status(StatusCode::kDataLoss, "referenced file has " + std::to_string(src.size) +
                                              " bytes, the manifest says " + std::to_string(size))
@@ -55,8 +56,9 @@ Status copy_file(const std::string& from, const std::string& to, uint64_t size, 
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::from_errno(errno, "cannot copy the referenced file").with_path(from);
     if (n == 0) {
-      return Status(StatusCode::kDataLoss, "referenced file ended at byte " + std::to_string(done) +
-                                               " while being copied").with_path(from);
+      return Status(StatusCode::kDataLoss,
+                    "referenced file ended at byte " + std::to_string(done) + " while being copied")
+          .with_path(from);
     }
     done += static_cast<uint64_t>(n);
   }
@@ -72,7 +74,8 @@ std::string materialized_file_name(const std::string& base_tag, const std::strin
   return "from-" + base_tag + "-" + file_name;
 }
 
-Result<uint64_t> materialize_checkpoint(const std::string& root, const std::string& tag, bool durable) {
+Result<uint64_t> materialize_checkpoint(const std::string& root, const std::string& tag,
+                                        bool durable) {
   const std::string dir = join_path(root, tag);
   FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
   FP_RETURN_IF_ERROR(check_manifest_files(dir, m));
@@ -84,7 +87,8 @@ Result<uint64_t> materialize_checkpoint(const std::string& root, const std::stri
     const std::string plain = f.name.substr(base.size() + 1);
     std::string copy = materialized_file_name(std::string(base), plain);
     if (m.find_file(copy) != nullptr) {
-      return Status(StatusCode::kDataLoss, "the manifest already names a file '" + copy + "'").with_path(dir);
+      return Status(StatusCode::kDataLoss, "the manifest already names a file '" + copy + "'")
+          .with_path(dir);
     }
     FP_ASSIGN_OR_RETURN(std::string from, resolve_manifest_file(dir, f));
     const std::string to = join_path(dir, copy);
@@ -110,7 +114,8 @@ Result<uint64_t> materialize_checkpoint(const std::string& root, const std::stri
       if (base != renamed.end()) t.delta_base->file = base->second;
     }
   }
-  FP_RETURN_IF_ERROR(replace_file_atomically(join_path(dir, kManifestFileName), encode_manifest(m), durable));
+  FP_RETURN_IF_ERROR(
+      replace_file_atomically(join_path(dir, kManifestFileName), encode_manifest(m), durable));
   return copied;
 }
 

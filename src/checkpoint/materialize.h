@@ -22,6 +22,7 @@ std::string materialized_file_name(const std::string& base_tag, const std::strin
 // Materializes the committed checkpoint <root>/<tag>. Returns the bytes copied (0: it
 // referenced nothing). kNotFound for no such checkpoint; kDataLoss when it, or a file it
 // references, fails the cheap checks (missing, wrong size, a symbolic link on the way).
-Result<uint64_t> materialize_checkpoint(const std::string& root, const std::string& tag, bool durable);
+Result<uint64_t> materialize_checkpoint(const std::string& root, const std::string& tag,
+                                        bool durable);
 
 }  // namespace fastpersist::checkpoint

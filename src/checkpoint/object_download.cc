@@ -3,14 +3,13 @@
 // part each, `transfers` at once, written at their offsets; then checked exactly as `verify`
 // checks a local checkpoint, before anything is committed.
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cerrno>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,8 +21,8 @@
 #include "checkpoint/verify_file.h"
 #include "common/task_pool.h"
 #include "common/unique_fd.h"
-#include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checkpoint_commit.h"
+#include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest_index.h"
 
@@ -35,7 +34,7 @@ namespace {
 constexpr size_t kFilesAtOnce = 64;
 
 struct Fetch {
-  std::string key;   // the object
+  std::string key;  // the object
   uint64_t size = 0;
   std::string path;  // the new file it becomes
 };
@@ -46,8 +45,8 @@ using FileDone = std::function<Status(size_t index)>;
 
 // Each object into its new file: ranges of `part_bytes` from all of them, `transfers` in flight,
 // each thread with a buffer of its own.
-Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files, const ObjectTransfer& transfer, bool durable,
-                   const FileDone& done_file) {
+Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files,
+                   const ObjectTransfer& transfer, bool durable, const FileDone& done_file) {
   std::vector<UniqueFd> fds;
   struct Range {
     size_t file;
@@ -59,11 +58,13 @@ Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files, const Ob
   for (size_t i = 0; i < files.size(); ++i) {
     const Fetch& f = files[i];
     UniqueFd fd(::open(f.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (!fd.valid()) return Status::from_errno(errno, "cannot create the downloaded file").with_path(f.path);
+    if (!fd.valid())
+      return Status::from_errno(errno, "cannot create the downloaded file").with_path(f.path);
     fds.push_back(std::move(fd));
     size_t n = 0;
     for (uint64_t off = 0; off < f.size; off += transfer.part_bytes, ++n) {
-      ranges.push_back({i, off, static_cast<size_t>(std::min<uint64_t>(transfer.part_bytes, f.size - off))});
+      ranges.push_back(
+          {i, off, static_cast<size_t>(std::min<uint64_t>(transfer.part_bytes, f.size - off))});
     }
     if (n == 0) ranges.push_back({i, 0, 0});  // an empty file is complete after a no-op range
     left[i] = n == 0 ? 1 : n;
@@ -84,9 +85,11 @@ Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files, const Ob
       const Fetch& f = files[range.file];
       if (buffer.size() < range.bytes) buffer.resize(range.bytes);
       Status st = range.bytes == 0 ? Status::ok()
-                                   : store.get(f.key, range.offset, std::span<std::byte>(buffer.data(), range.bytes));
+                                   : store.get(f.key, range.offset,
+                                               std::span<std::byte>(buffer.data(), range.bytes));
       if (!st.is_ok()) {
-        st = Status(st.code(), "reading " + store.url() + "/" + f.key + ": " + st.message(), st.sys_errno());
+        st = Status(st.code(), "reading " + store.url() + "/" + f.key + ": " + st.message(),
+                    st.sys_errno());
       }
       for (size_t done = 0; st.is_ok() && done < range.bytes;) {
         ssize_t w = ::pwrite(fds[range.file].get(), buffer.data() + done, range.bytes - done,
@@ -103,7 +106,8 @@ Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files, const Ob
       if (st.is_ok() && left[range.file].fetch_sub(1) == 1) {
         // The file's last range: sync and check it now, overlapped with the other fetches.
         if (durable && ::fdatasync(fds[range.file].get()) != 0) {
-          st = Status::from_errno(errno, "fdatasync of the downloaded file failed").with_path(f.path);
+          st = Status::from_errno(errno, "fdatasync of the downloaded file failed")
+                   .with_path(f.path);
         }
         if (st.is_ok() && done_file) st = done_file(range.file);
       }
@@ -124,11 +128,12 @@ Status fetch_batch(ObjectStore& store, const std::vector<Fetch>& files, const Ob
 }
 
 // `done_file` gets indices into `files`.
-Status fetch_objects(ObjectStore& store, const std::vector<Fetch>& files, const ObjectTransfer& transfer,
-                     bool durable, const FileDone& done_file = {}) {
+Status fetch_objects(ObjectStore& store, const std::vector<Fetch>& files,
+                     const ObjectTransfer& transfer, bool durable, const FileDone& done_file = {}) {
   for (size_t begin = 0; begin < files.size(); begin += kFilesAtOnce) {
-    std::vector<Fetch> batch(files.begin() + static_cast<std::ptrdiff_t>(begin),
-                             files.begin() + static_cast<std::ptrdiff_t>(std::min(files.size(), begin + kFilesAtOnce)));
+    std::vector<Fetch> batch(
+        files.begin() + static_cast<std::ptrdiff_t>(begin),
+        files.begin() + static_cast<std::ptrdiff_t>(std::min(files.size(), begin + kFilesAtOnce)));
     FileDone done;
     if (done_file) done = [&](size_t i) { return done_file(begin + i); };
     FP_RETURN_IF_ERROR(fetch_batch(store, batch, transfer, durable, done));
@@ -175,13 +180,17 @@ Result<CopyResult> ObjectTier::download(const std::string& tag, CheckpointManage
     uint64_t checked = 0;
     FileCheck io{*cached, nullptr, &checked, nullptr, 0, size_t{32} << 20, nullptr, dir};
     std::vector<std::string> problems;
-    FP_RETURN_IF_ERROR(check_checkpoint_file(fetches[k].path, m, i, index.tensors_in(i), io, problems));
+    FP_RETURN_IF_ERROR(
+        check_checkpoint_file(fetches[k].path, m, i, index.tensors_in(i), io, problems));
     if (problems.empty()) return Status::ok();
-    std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
-    return Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' in " + url_ + " is damaged: " + problems.front() + more);
+    std::string more =
+        problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
+    return Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' in " + url_ +
+                                             " is damaged: " + problems.front() + more);
   };
   Status st = check_references_against_bases(dir, m);
-  if (st.is_ok()) st = fetch_objects(*store_, fetches, transfer_, destination.options().durable, check);
+  if (st.is_ok())
+    st = fetch_objects(*store_, fetches, transfer_, destination.options().durable, check);
   if (!st.is_ok()) {
     (void)commit->abort();
     return st;
@@ -190,14 +199,15 @@ Result<CopyResult> ObjectTier::download(const std::string& tag, CheckpointManage
   return result;
 }
 
-Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::string& tag, const std::string& scratch,
-                                              IoEngine& engine) {
+Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::string& tag,
+                                              const std::string& scratch, IoEngine& engine) {
   VerifyReport report;
   auto json = tier.read_manifest_bytes(tag);
   if (!json.is_ok()) return json.status();
   auto m = decode_manifest(*json, tier.url() + "/" + tag + "/" + std::string(kManifestFileName));
   if (!m.is_ok()) {
-    report.problems.push_back(std::string(kManifestFileName) + " is damaged: " + m.status().to_string());
+    report.problems.push_back(std::string(kManifestFileName) +
+                              " is damaged: " + m.status().to_string());
     return report;
   }
   // A private copy of the checkpoint and of the files it references, laid out as in a root, so
@@ -215,17 +225,21 @@ Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::strin
   for (const std::string& base : referenced_tags(*m)) owners.push_back(base);
   for (const std::string& owner : owners) {
     const std::string d = join_path(root, owner);
-    if (::mkdir(d.c_str(), 0700) != 0) return Status::from_errno(errno, "cannot create a scratch folder").with_path(d);
+    if (::mkdir(d.c_str(), 0700) != 0)
+      return Status::from_errno(errno, "cannot create a scratch folder").with_path(d);
     FP_ASSIGN_OR_RETURN(std::vector<ObjectEntry> there, tier.store().list(owner + "/"));
     for (ObjectEntry& e : there) sizes.emplace(std::move(e.key), e.size);
   }
-  FP_RETURN_IF_ERROR(write_new_file(join_path(join_path(root, tag), kManifestFileName), *json, false));
+  FP_RETURN_IF_ERROR(
+      write_new_file(join_path(join_path(root, tag), kManifestFileName), *json, false));
   // Each base's manifest too: a reference is sound only into a checkpoint the tier committed.
   for (size_t i = 1; i < owners.size(); ++i) {
     auto base_json = tier.read_manifest_bytes(owners[i]);
     if (base_json.is_ok()) {
-      FP_RETURN_IF_ERROR(write_new_file(join_path(join_path(root, owners[i]), kManifestFileName), *base_json, false));
-    } else if (base_json.status().code() != StatusCode::kNotFound && base_json.status().code() != StatusCode::kDataLoss) {
+      FP_RETURN_IF_ERROR(write_new_file(join_path(join_path(root, owners[i]), kManifestFileName),
+                                        *base_json, false));
+    } else if (base_json.status().code() != StatusCode::kNotFound &&
+               base_json.status().code() != StatusCode::kDataLoss) {
       return base_json.status();  // the store failed; a missing or damaged base is the report's
     }
   }

@@ -31,7 +31,8 @@ Status ObjectStore::check_key(std::string_view key) {
     if (end == std::string_view::npos) end = key.size();
     std::string_view segment = key.substr(begin, end - begin);
     if (segment.empty()) return bad("has an empty segment");
-    if (segment == "." || segment == "..") return bad("has a '" + std::string(segment) + "' segment");
+    if (segment == "." || segment == "..")
+      return bad("has a '" + std::string(segment) + "' segment");
     begin = end + 1;
   }
   for (char c : key) {
@@ -45,8 +46,8 @@ bool is_object_store_url(std::string_view path) {
   if (colon == std::string_view::npos || colon == 0) return false;
   for (size_t i = 0; i < colon; ++i) {
     char c = path[i];
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && ((c >= '0' && c <= '9') || c == '+' ||
-                                                                            c == '-' || c == '.'));
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
     if (!ok) return false;
   }
   return true;

@@ -18,7 +18,9 @@ namespace {
 // The first piece of a manifest fetched (most manifests are smaller: one request).
 constexpr uint64_t kFirstManifestPieceBytes = uint64_t{1} << 20;
 
-std::string manifest_key(const std::string& tag) { return tag + "/" + std::string(kManifestFileName); }
+std::string manifest_key(const std::string& tag) {
+  return tag + "/" + std::string(kManifestFileName);
+}
 
 // The tag a key belongs to ("" when the key is not under a tag's name).
 std::string tag_of(const std::string& key) {
@@ -47,9 +49,11 @@ Result<std::string> ObjectTier::read_manifest_bytes(const std::string& tag) {
   FP_RETURN_IF_ERROR(check_tag_syntax(tag));
   const std::string key = manifest_key(tag);
   FP_ASSIGN_OR_RETURN(std::vector<ObjectEntry> found, store_->list(key));
-  auto it = std::find_if(found.begin(), found.end(), [&](const ObjectEntry& e) { return e.key == key; });
+  auto it =
+      std::find_if(found.begin(), found.end(), [&](const ObjectEntry& e) { return e.key == key; });
   if (it == found.end()) {
-    return Status(StatusCode::kNotFound, "checkpoint '" + tag + "' is not in " + url_).with_path(url_ + "/" + key);
+    return Status(StatusCode::kNotFound, "checkpoint '" + tag + "' is not in " + url_)
+        .with_path(url_ + "/" + key);
   }
   return fetch_manifest(tag, it->size);
 }
@@ -71,8 +75,9 @@ Result<std::string> ObjectTier::fetch_manifest(const std::string& tag, uint64_t 
     json.resize(at + n);
     Status st = store_->get(key, at, std::as_writable_bytes(std::span<char>(json).subspan(at)));
     if (st.code() == StatusCode::kDataLoss) {
-      return Status(StatusCode::kDataLoss, "the listing says the manifest is " + std::to_string(size) +
-                                               " bytes, but the object ends before " + std::to_string(at + n))
+      return Status(StatusCode::kDataLoss,
+                    "the listing says the manifest is " + std::to_string(size) +
+                        " bytes, but the object ends before " + std::to_string(at + n))
           .with_path(url_ + "/" + key);
     }
     if (!st.is_ok()) return st;
@@ -94,7 +99,8 @@ Result<RootScan> ObjectTier::scan() {
   for (const std::string& tag : tags) {
     const std::string mkey = manifest_key(tag);
     Result<std::string> json = fetch_manifest(tag, sizes.at(mkey));
-    Result<Manifest> m = json.is_ok() ? decode_manifest(*json, url_ + "/" + mkey) : Result<Manifest>(json.status());
+    Result<Manifest> m =
+        json.is_ok() ? decode_manifest(*json, url_ + "/" + mkey) : Result<Manifest>(json.status());
     if (!m.is_ok() && m.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
     std::string problem;
     if (!m.is_ok()) {
@@ -106,7 +112,8 @@ Result<RootScan> ObjectTier::scan() {
         if (it == sizes.end()) {
           problem = f.name + ": missing";
         } else if (it->second != f.size) {
-          problem = f.name + ": " + std::to_string(it->second) + " bytes, the manifest says " + std::to_string(f.size);
+          problem = f.name + ": " + std::to_string(it->second) + " bytes, the manifest says " +
+                    std::to_string(f.size);
         }
         if (!problem.empty()) break;
       }
@@ -119,10 +126,11 @@ Result<RootScan> ObjectTier::scan() {
   }
   // By creation time first: the manifests keep the sequence numbers of the roots they were saved
   // in, and a root that was lost and begun anew counts from 1 again.
-  std::sort(scan.committed.begin(), scan.committed.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
-    if (a.created_unix != b.created_unix) return a.created_unix < b.created_unix;
-    return a.sequence != b.sequence ? a.sequence < b.sequence : a.tag < b.tag;
-  });
+  std::sort(scan.committed.begin(), scan.committed.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) {
+              if (a.created_unix != b.created_unix) return a.created_unix < b.created_unix;
+              return a.sequence != b.sequence ? a.sequence < b.sequence : a.tag < b.tag;
+            });
   return scan;
 }
 
@@ -157,8 +165,8 @@ Status ObjectTier::remove(const std::string& tag) {
   if (!users.empty()) {
     std::string names;
     for (const std::string& u : users) names += (names.empty() ? "" : ", ") + u;
-    return Status(StatusCode::kBusy, "checkpoint '" + tag + "' in " + url_ + " is the base of " + names +
-                                         " (incremental): remove those first");
+    return Status(StatusCode::kBusy, "checkpoint '" + tag + "' in " + url_ + " is the base of " +
+                                         names + " (incremental): remove those first");
   }
   return remove_all({tag});
 }
@@ -204,7 +212,8 @@ Status ObjectTier::write_latest() {
   FP_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> committed, list());
   if (committed.empty()) return store_->remove({kObjectLatestKey});
   const std::string& tag = committed.back().tag;
-  return store_->put(kObjectLatestKey, std::as_bytes(std::span<const char>(tag.data(), tag.size())));
+  return store_->put(kObjectLatestKey,
+                     std::as_bytes(std::span<const char>(tag.data(), tag.size())));
 }
 
 Result<std::unique_ptr<ObjectTier>> open_object_tier(const TierOptions& tier) {
@@ -213,11 +222,13 @@ Result<std::unique_ptr<ObjectTier>> open_object_tier(const TierOptions& tier) {
     auto opened = open_object_store(tier.path);
     if (!opened.is_ok()) {
       const Status& st = opened.status();
-      return Status(st.code(), "tier " + tier.path + ": " + st.message(), st.sys_errno()).with_path(st.path());
+      return Status(st.code(), "tier " + tier.path + ": " + st.message(), st.sys_errno())
+          .with_path(st.path());
     }
     store = std::move(opened).value();
   }
-  return std::make_unique<ObjectTier>(std::move(store), ObjectTransfer{tier.part_bytes, tier.transfers});
+  return std::make_unique<ObjectTier>(std::move(store),
+                                      ObjectTransfer{tier.part_bytes, tier.transfers});
 }
 
 }  // namespace fastpersist::checkpoint

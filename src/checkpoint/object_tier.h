@@ -63,13 +63,14 @@ class ObjectTier {
   // the tier has it already. Bases of an incremental checkpoint must be there first (kDataLoss
   // otherwise, before anything is uploaded). Errors as copy_checkpoint's; on failure the tier is
   // left without the checkpoint (its objects removed, its uploads aborted, best effort).
-  Result<CopyResult> upload(const std::string& local_root, const std::string& tag, IoEngine& read_engine,
-                            const CopyPacer& pacer = {});
+  Result<CopyResult> upload(const std::string& local_root, const std::string& tag,
+                            IoEngine& read_engine, const CopyPacer& pacer = {});
 
   // Downloads TAG into `destination` (a manager's root: begin_commit, ranged reads in parallel,
   // every file checked like `verify` before the commit). {copied = false} when the destination
   // has it already. The destination must hold the checkpoint's bases.
-  Result<CopyResult> download(const std::string& tag, CheckpointManager& destination, IoEngine& check_engine);
+  Result<CopyResult> download(const std::string& tag, CheckpointManager& destination,
+                              IoEngine& check_engine);
 
   // Removes TAG: its manifest first, then its files. kBusy when a kept checkpoint references
   // it; kNotFound when it is not there.
@@ -102,8 +103,8 @@ class ObjectTier {
 // references are fetched into a private folder under `scratch` (removed afterwards; it needs
 // room for them), then verify_checkpoint runs there. A manifest that does not decode is a
 // problem of the report; kNotFound when TAG is not committed there.
-Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::string& tag, const std::string& scratch,
-                                              IoEngine& engine);
+Result<VerifyReport> verify_object_checkpoint(ObjectTier& tier, const std::string& tag,
+                                              const std::string& scratch, IoEngine& engine);
 
 // The object tier a TierOptions names (its store, or open_object_store(path)).
 Result<std::unique_ptr<ObjectTier>> open_object_tier(const TierOptions& tier);

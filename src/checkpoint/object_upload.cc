@@ -20,17 +20,20 @@ namespace {
 // Each read window: small, so that a paused copy has little in flight (as copy_checkpoint's).
 constexpr size_t kUploadWindowBytes = size_t{8} << 20;
 
-std::string key_in(const std::string& tag, std::string_view name) { return tag + "/" + std::string(name); }
+std::string key_in(const std::string& tag, std::string_view name) {
+  return tag + "/" + std::string(name);
+}
 
 }  // namespace
 
-Result<CopyResult> ObjectTier::upload(const std::string& local_root, const std::string& tag, IoEngine& read_engine,
-                                      const CopyPacer& pacer) {
+Result<CopyResult> ObjectTier::upload(const std::string& local_root, const std::string& tag,
+                                      IoEngine& read_engine, const CopyPacer& pacer) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
   const std::string dir = join_path(local_root, tag);
   const std::string manifest_path = join_path(dir, kManifestFileName);
   // The local manifest's own bytes go up as they are: the tier's copy is the same checkpoint.
-  auto json = read_small_regular_file(manifest_path, kMaxManifestBytes, Symlinks::kRefuse, "the manifest");
+  auto json =
+      read_small_regular_file(manifest_path, kMaxManifestBytes, Symlinks::kRefuse, "the manifest");
   if (!json.is_ok()) return json.status();
   FP_ASSIGN_OR_RETURN(Manifest m, decode_manifest(*json, manifest_path));
 
@@ -50,8 +53,9 @@ Result<CopyResult> ObjectTier::upload(const std::string& local_root, const std::
       for (const ObjectEntry& e : there) base_files.erase(e.key);
     }
     if (!base_files.empty()) {
-      return Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' references " + *base_files.begin() +
-                                               ", which " + url_ + " does not hold (its base must be drained first)");
+      return Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' references " +
+                                               *base_files.begin() + ", which " + url_ +
+                                               " does not hold (its base must be drained first)");
     }
   }
 
@@ -80,8 +84,10 @@ Result<CopyResult> ObjectTier::upload(const std::string& local_root, const std::
     std::vector<std::string> problems;
     st = check_checkpoint_file(*from, m, i, index.tensors_in(i), io, problems);
     if (st.is_ok() && !problems.empty()) {
-      std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
-      st = Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' is damaged: " + problems.front() + more)
+      std::string more =
+          problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
+      st = Status(StatusCode::kDataLoss,
+                  "checkpoint '" + tag + "' is damaged: " + problems.front() + more)
                .with_path(*from);
     }
     // The file's last part goes; it completes in the background while the next file is read.
@@ -93,7 +99,8 @@ Result<CopyResult> ObjectTier::upload(const std::string& local_root, const std::
     parts.abort_all();
   }
   // The commit marker, once every file is there.
-  if (st.is_ok()) st = store_->put(key_in(tag, kManifestFileName), std::as_bytes(std::span<const char>(*json)));
+  if (st.is_ok())
+    st = store_->put(key_in(tag, kManifestFileName), std::as_bytes(std::span<const char>(*json)));
   if (!st.is_ok()) {
     (void)clear_uncommitted(tag);  // best effort: a later drain removes what is left
     return st;

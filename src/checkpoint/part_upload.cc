@@ -34,7 +34,9 @@ void PartUploader::record(Status st) {
 }
 
 Status PartUploader::begin(const std::string& key, uint64_t size) {
-  if (current_) return Status(StatusCode::kInvalidArgument, "the upload of " + current_->key + " was not ended");
+  if (current_)
+    return Status(StatusCode::kInvalidArgument,
+                  "the upload of " + current_->key + " was not ended");
   FP_RETURN_IF_ERROR(ObjectStore::check_key(key));
   auto object = std::make_shared<Object>();
   object->key = key;
@@ -83,7 +85,8 @@ Status PartUploader::feed(const std::byte* data, size_t bytes) {
     bytes -= n;
     // A full part goes now, unless it holds the object's last bytes (end() decides: a put or
     // the last part).
-    if (filling_->used == part_bytes_ && fed_ < size_) FP_RETURN_IF_ERROR(send(std::move(filling_), false));
+    if (filling_->used == part_bytes_ && fed_ < size_)
+      FP_RETURN_IF_ERROR(send(std::move(filling_), false));
   }
   return Status::ok();
 }
@@ -91,8 +94,9 @@ Status PartUploader::feed(const std::byte* data, size_t bytes) {
 Status PartUploader::end() {
   if (!current_) return Status(StatusCode::kInvalidArgument, "no object is being uploaded");
   if (fed_ != size_) {
-    return Status(StatusCode::kInternal, "the upload of " + current_->key + " was fed " + std::to_string(fed_) +
-                                             " bytes, not " + std::to_string(size_));
+    return Status(StatusCode::kInternal, "the upload of " + current_->key + " was fed " +
+                                             std::to_string(fed_) + " bytes, not " +
+                                             std::to_string(size_));
   }
   if (!filling_) filling_ = take_free_buffer();  // an empty object, or one that ended on a part
   Status st = send(std::move(filling_), true);
@@ -106,8 +110,10 @@ Status PartUploader::send(std::shared_ptr<Buffer> buffer, bool last) {
   if (!single && object->upload_id.empty()) {
     auto begun = store_.begin_upload(object->key);
     if (!begun.is_ok()) {
-      Status st(begun.status().code(), "starting the upload of " + store_.url() + "/" + object->key + ": " +
-                                           begun.status().message(), begun.status().sys_errno());
+      Status st(begun.status().code(),
+                "starting the upload of " + store_.url() + "/" + object->key + ": " +
+                    begun.status().message(),
+                begun.status().sys_errno());
       record(st);
       return st;
     }
@@ -150,15 +156,18 @@ Status PartUploader::send(std::shared_ptr<Buffer> buffer, bool last) {
     if (single) {
       st = store_.put(object->key, bytes);
       if (!st.is_ok()) {
-        st = Status(st.code(), "uploading " + store_.url() + "/" + object->key + ": " + st.message(), st.sys_errno());
+        st =
+            Status(st.code(), "uploading " + store_.url() + "/" + object->key + ": " + st.message(),
+                   st.sys_errno());
       }
     } else {
       auto sent = store_.upload_part(object->key, object->upload_id, part, bytes);
       if (sent.is_ok()) {
         etag = std::move(sent).value();
       } else {
-        st = Status(sent.status().code(), "uploading part " + std::to_string(part) + " of " + store_.url() + "/" +
-                                              object->key + ": " + sent.status().message(),
+        st = Status(sent.status().code(),
+                    "uploading part " + std::to_string(part) + " of " + store_.url() + "/" +
+                        object->key + ": " + sent.status().message(),
                     sent.status().sys_errno());
       }
     }
@@ -200,8 +209,10 @@ void PartUploader::complete(const std::shared_ptr<Object>& object) {
   if (st.is_ok()) {
     object->done = true;
   } else if (error_.is_ok()) {
-    error_ = Status(st.code(), "completing the upload of " + store_.url() + "/" + object->key + ": " + st.message(),
-                    st.sys_errno());
+    error_ =
+        Status(st.code(),
+               "completing the upload of " + store_.url() + "/" + object->key + ": " + st.message(),
+               st.sys_errno());
   }
   cv_.notify_all();
 }
@@ -217,7 +228,8 @@ Status PartUploader::finish_all() {
     cv_.wait(lock, [&] { return in_flight_ == 0; });
     st = error_;
     for (const auto& o : objects_) {
-      if (st.is_ok() && !o->done) st = Status(StatusCode::kInternal, "the upload of " + o->key + " never completed");
+      if (st.is_ok() && !o->done)
+        st = Status(StatusCode::kInternal, "the upload of " + o->key + " never completed");
     }
   }
   if (!st.is_ok()) {

@@ -55,11 +55,11 @@ class PartUploader {
   };
   struct Object {
     std::string key;
-    std::string upload_id;            // empty: not a multipart upload (yet)
-    std::vector<std::string> etags;   // by part number - 1
+    std::string upload_id;           // empty: not a multipart upload (yet)
+    std::vector<std::string> etags;  // by part number - 1
     size_t parts_pending = 0;
     bool ended = false;
-    bool done = false;                // completed (or put)
+    bool done = false;  // completed (or put)
   };
   Status send(std::shared_ptr<Buffer> buffer, bool last);
   std::shared_ptr<Buffer> take_free_buffer();

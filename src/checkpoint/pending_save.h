@@ -2,8 +2,8 @@
 // The shared state behind a PendingSave: set by the manager's save thread, read by callers.
 #pragma once
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -36,8 +36,8 @@ struct PendingSave::State {
   Status retention;
   uint64_t bytes = 0;
   double checksum_seconds = 0;
-  std::string base_tag;           // incremental: the base this checkpoint references
-  uint64_t referenced_bytes = 0;  // ... and the tensor bytes it takes from there
+  std::string base_tag;             // incremental: the base this checkpoint references
+  uint64_t referenced_bytes = 0;    // ... and the tensor bytes it takes from there
   std::vector<Status> tier_errors;  // drain failures since the previous save (set at creation)
   // Counts the saves whose snapshot is not over (the manager's; decremented once, when it ends).
   std::atomic<int>* snapshots_running = nullptr;

@@ -16,7 +16,6 @@ bool is_milestone(std::optional<int64_t> step, std::optional<int64_t> keep_every
   return keep_every && *keep_every > 0 && step && *step % *keep_every == 0;
 }
 
-
 }  // namespace
 
 std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& committed,
@@ -24,7 +23,7 @@ std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& c
                                             std::optional<int64_t> keep_every) {
   std::vector<std::string> remove;
   if (!keep_last || committed.empty()) return remove;  // keep_every alone keeps everything
-  size_t keep = std::max<size_t>(*keep_last, 1);  // the newest always stays
+  size_t keep = std::max<size_t>(*keep_last, 1);       // the newest always stays
   if (committed.size() <= keep) return remove;
   size_t first_kept = committed.size() - keep;
   for (size_t i = 0; i < first_kept; ++i) {
@@ -34,7 +33,8 @@ std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& c
   return remove;
 }
 
-std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+std::vector<std::string> select_damaged_for_removal(const RootScan& scan,
+                                                    std::optional<unsigned> keep_last,
                                                     std::optional<int64_t> keep_every) {
   std::vector<std::string> remove;
   if (!keep_last) return remove;
@@ -42,15 +42,17 @@ std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::o
   for (const DamagedCheckpoint& d : scan.damaged) {
     if (!d.sequence || is_milestone(d.step, keep_every)) continue;
     // Had it been intact, it would go once `keep` valid checkpoints are newer than it.
-    size_t newer = static_cast<size_t>(std::count_if(scan.committed.begin(), scan.committed.end(),
-                                                     [&](const CheckpointInfo& c) { return c.sequence > *d.sequence; }));
+    size_t newer = static_cast<size_t>(
+        std::count_if(scan.committed.begin(), scan.committed.end(),
+                      [&](const CheckpointInfo& c) { return c.sequence > *d.sequence; }));
     if (newer >= keep) remove.push_back(d.tag);
   }
   return remove;
 }
 
-std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
-                                        const std::function<std::string(const CheckpointInfo&)>& check) {
+std::vector<std::string> demote_damaged(
+    RootScan* scan, unsigned keep_last,
+    const std::function<std::string(const CheckpointInfo&)>& check) {
   std::vector<std::string> found;
   const size_t want = std::max<size_t>(keep_last, 1);
   size_t intact = 0;
@@ -82,7 +84,8 @@ RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned>
                                    std::optional<int64_t> keep_every) {
   RetentionDecision d;
   std::vector<std::string> selected = select_for_removal(scan.committed, keep_last, keep_every);
-  for (std::string& tag : select_damaged_for_removal(scan, keep_last, keep_every)) selected.push_back(std::move(tag));
+  for (std::string& tag : select_damaged_for_removal(scan, keep_last, keep_every))
+    selected.push_back(std::move(tag));
   std::set<std::string> remove(selected.begin(), selected.end());
   // A kept checkpoint keeps every checkpoint it references (its base), and that one in turn
   // keeps its own: repeated until nothing changes (bases are full today, so once is enough).
@@ -99,8 +102,10 @@ RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned>
   };
   for (bool changed = true; changed;) {
     changed = false;
-    for (const CheckpointInfo& c : scan.committed) changed = protect(c.tag, c.references) || changed;
-    for (const DamagedCheckpoint& x : scan.damaged) changed = protect(x.tag, x.references) || changed;
+    for (const CheckpointInfo& c : scan.committed)
+      changed = protect(c.tag, c.references) || changed;
+    for (const DamagedCheckpoint& x : scan.damaged)
+      changed = protect(x.tag, x.references) || changed;
   }
   // Users before their bases: a checkpoint goes only once nothing left to remove references it,
   // so no one looking at the root meanwhile (a concurrent verify, a crash between two removals)
@@ -156,7 +161,8 @@ RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned>
   return d;
 }
 
-std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+std::vector<std::string> select_all_for_removal(const RootScan& scan,
+                                                std::optional<unsigned> keep_last,
                                                 std::optional<int64_t> keep_every) {
   return decide_retention(scan, keep_last, keep_every).remove;
 }

@@ -32,7 +32,8 @@ std::vector<std::string> select_for_removal(const std::vector<CheckpointInfo>& c
                                             std::optional<int64_t> keep_every);
 
 // The damaged checkpoints the same policy removes (see above).
-std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+std::vector<std::string> select_damaged_for_removal(const RootScan& scan,
+                                                    std::optional<unsigned> keep_last,
                                                     std::optional<int64_t> keep_every);
 
 // For a verified prune: checks committed checkpoints newest first with `check` ("" when
@@ -41,8 +42,9 @@ std::vector<std::string> select_damaged_for_removal(const RootScan& scan, std::o
 // keep_last, so an older intact checkpoint is kept in its place, and it is removed only as
 // damaged checkpoints are (never when it is the newest). Older checkpoints are not read.
 // Returns "tag: problem" for each one moved.
-std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last,
-                                        const std::function<std::string(const CheckpointInfo&)>& check);
+std::vector<std::string> demote_damaged(
+    RootScan* scan, unsigned keep_last,
+    const std::function<std::string(const CheckpointInfo&)>& check);
 // The same, checking each checkpoint of `root` with verify_checkpoint (every checksum).
 std::vector<std::string> demote_damaged(RootScan* scan, unsigned keep_last, const std::string& root,
                                         IoEngine& engine);
@@ -63,7 +65,8 @@ RetentionDecision decide_retention(const RootScan& scan, std::optional<unsigned>
                                    std::optional<int64_t> keep_every);
 
 // Everything the policy removes from a root: decide_retention(...).remove.
-std::vector<std::string> select_all_for_removal(const RootScan& scan, std::optional<unsigned> keep_last,
+std::vector<std::string> select_all_for_removal(const RootScan& scan,
+                                                std::optional<unsigned> keep_last,
                                                 std::optional<int64_t> keep_every);
 
 }  // namespace fastpersist::checkpoint

@@ -15,7 +15,8 @@ namespace fastpersist::checkpoint {
 
 Result<RootLock> RootLock::acquire(const std::string& root) {
   std::string path = join_path(root, kLockFileName);
-  FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(path, O_RDWR, "the root's lock file"));
+  FP_ASSIGN_OR_RETURN(UniqueFd fd,
+                      open_or_create_regular_file(path, O_RDWR, "the root's lock file"));
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     if (err != EWOULDBLOCK) return Status::from_errno(err, "cannot lock the root").with_path(path);
@@ -26,10 +27,10 @@ Result<RootLock> RootLock::acquire(const std::string& root) {
       holder = std::string(buf, static_cast<size_t>(n));
       while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     }
-    return Status(StatusCode::kBusy,
-                  "checkpoint root " + root + " is in use by another CheckpointManager" +
-                      (holder.empty() ? "" : " (pid " + holder + ")") +
-                      "; close that manager first, or use another root")
+    return Status(StatusCode::kBusy, "checkpoint root " + root +
+                                         " is in use by another CheckpointManager" +
+                                         (holder.empty() ? "" : " (pid " + holder + ")") +
+                                         "; close that manager first, or use another root")
         .with_path(path);
   }
   std::string pid = std::to_string(::getpid()) + "\n";

@@ -25,11 +25,12 @@ struct DamagedCheckpoint {
   std::string reason;
   std::optional<uint64_t> sequence;  // from its manifest, when the manifest decodes
   std::optional<int64_t> step;
-  std::vector<std::string> references = {};  // from its manifest, when it decodes (CheckpointInfo's)
+  std::vector<std::string> references =
+      {};  // from its manifest, when it decodes (CheckpointInfo's)
 };
 
 struct RootScan {
-  std::vector<CheckpointInfo> committed;  // oldest to newest: sequence, then tag
+  std::vector<CheckpointInfo> committed;   // oldest to newest: sequence, then tag
   std::vector<DamagedCheckpoint> damaged;  // in name order
   // The highest commit sequence any manifest under the root records (0: none).
   uint64_t highest_sequence() const;

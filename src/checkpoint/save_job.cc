@@ -10,7 +10,6 @@
 #include <mutex>
 #include <utility>
 
-
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_steps.h"
 #include "checkpoint/incremental.h"
@@ -44,7 +43,8 @@ Manifest build_manifest(const SaveJob& job, ShardWriteResult data, uint64_t obje
   m.created_unix = unix_now();
   {
     std::lock_guard lock(job.state->mu);  // the snapshot is over: its end is set
-    m.blocking_seconds = std::chrono::duration<double>(job.state->snapshot_end - job.state->queued).count();
+    m.blocking_seconds =
+        std::chrono::duration<double>(job.state->snapshot_end - job.state->queued).count();
   }
   return m;
 }
@@ -68,19 +68,23 @@ Status check_aliases(const CheckpointContent& c) {
 }
 
 Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOptions& options,
-                 ShardWriter& writer, uint64_t* bytes_written, std::shared_ptr<const Manifest>* committed) {
+                 ShardWriter& writer, uint64_t* bytes_written,
+                 std::shared_ptr<const Manifest>* committed) {
   // 1.
   if (::mkdir(tmp.c_str(), 0755) != 0) {
-    return Status::from_errno(errno, "cannot create the checkpoint's temporary directory").with_path(tmp);
+    return Status::from_errno(errno, "cannot create the checkpoint's temporary directory")
+        .with_path(tmp);
   }
   // 2.
   ShardWriteCallbacks callbacks;
   callbacks.on_snapshot_done = [&job] { job.state->mark_snapshot_done(); };
   IncrementalBase base;
-  if (job.base) base = {job.base_tag, join_path(job.root, job.base_tag), job.base, job.base_trusted};
-  FP_ASSIGN_OR_RETURN(TensorWrite written,
-                      write_tensors(writer, tmp, job.content.tensors, &job.plan, job.base ? &base : nullptr,
-                                    options.xor_deltas, options.compression_threads, callbacks));
+  if (job.base)
+    base = {job.base_tag, join_path(job.root, job.base_tag), job.base, job.base_trusted};
+  FP_ASSIGN_OR_RETURN(
+      TensorWrite written,
+      write_tensors(writer, tmp, job.content.tensors, &job.plan, job.base ? &base : nullptr,
+                    options.xor_deltas, options.compression_threads, callbacks));
   ShardWriteResult data = std::move(written.data);
   {
     std::lock_guard lock(job.state->mu);
@@ -97,8 +101,8 @@ Status run_steps(const SaveJob& job, const std::string& tmp, const CheckpointOpt
   if (!options.checksums) manifest.checksum_algorithm = std::string(kNoChecksum);
   // 3b.-5.
   uint64_t manifest_bytes = 0;
-  FP_RETURN_IF_ERROR(commit_temp_directory({job.root, job.tag, tmp, options.durable, job.pointer_mu},
-                                           manifest, &manifest_bytes));
+  FP_RETURN_IF_ERROR(commit_temp_directory(
+      {job.root, job.tag, tmp, options.durable, job.pointer_mu}, manifest, &manifest_bytes));
   *bytes_written = data_bytes + objects.size() + manifest_bytes;
   if (committed != nullptr) *committed = std::make_shared<const Manifest>(std::move(manifest));
   return Status::ok();
@@ -115,7 +119,8 @@ Result<ShardPlan> plan_content(const CheckpointContent& content, const ShardWrit
 Status run_save_job(const SaveJob& job, const CheckpointOptions& options, ShardWriter& writer,
                     uint64_t* bytes_written, std::shared_ptr<const Manifest>* committed) {
   *bytes_written = 0;
-  std::string tmp = join_path(job.root, std::string(kTempDirPrefix) + job.tag + "-" + unique_suffix());
+  std::string tmp =
+      join_path(job.root, std::string(kTempDirPrefix) + job.tag + "-" + unique_suffix());
   Status st = run_steps(job, tmp, options, writer, bytes_written, committed);
   if (!st.is_ok()) {
     // Best effort: the next manager removes leftovers anyway. The original error wins.

@@ -35,7 +35,8 @@ Status SavePolicy::validate() const {
     return Status(StatusCode::kInvalidArgument, "save_every_steps must be at least 1");
   }
   if (every_seconds && !positive(*every_seconds)) {
-    return Status(StatusCode::kInvalidArgument, "save_every_seconds must be a finite number above 0");
+    return Status(StatusCode::kInvalidArgument,
+                  "save_every_seconds must be a finite number above 0");
   }
   return Status::ok();
 }
@@ -43,14 +44,21 @@ Status SavePolicy::validate() const {
 Result<IntervalAdvice> advise_interval(double checkpoint_seconds, double mtbf_seconds,
                                        std::optional<double> step_seconds, double restart_seconds) {
   auto bad = [](const std::string& what) { return Status(StatusCode::kInvalidArgument, what); };
-  if (!positive(checkpoint_seconds)) return bad("the checkpoint time must be a finite number of seconds above 0");
-  if (!positive(mtbf_seconds)) return bad("the mean time between failures must be a finite time above 0");
-  if (step_seconds && !positive(*step_seconds)) return bad("the step time must be a finite number of seconds above 0");
-  if (!std::isfinite(restart_seconds) || restart_seconds < 0) return bad("the restart time must be >= 0");
-  for (auto [value, what] : {std::pair{checkpoint_seconds, "checkpoint time"}, {mtbf_seconds, "mean time between failures"},
-                             {step_seconds.value_or(1), "step time"}, {restart_seconds, "restart time"}}) {
+  if (!positive(checkpoint_seconds))
+    return bad("the checkpoint time must be a finite number of seconds above 0");
+  if (!positive(mtbf_seconds))
+    return bad("the mean time between failures must be a finite time above 0");
+  if (step_seconds && !positive(*step_seconds))
+    return bad("the step time must be a finite number of seconds above 0");
+  if (!std::isfinite(restart_seconds) || restart_seconds < 0)
+    return bad("the restart time must be >= 0");
+  for (auto [value, what] : {std::pair{checkpoint_seconds, "checkpoint time"},
+                             {mtbf_seconds, "mean time between failures"},
+                             {step_seconds.value_or(1), "step time"},
+                             {restart_seconds, "restart time"}}) {
     if (value > kMaxAdviceSeconds) {
-      return bad(std::string("the ") + what + " of " + seconds_text(value) + " is beyond any run (at most 1e+12 s)");
+      return bad(std::string("the ") + what + " of " + seconds_text(value) +
+                 " is beyond any run (at most 1e+12 s)");
     }
   }
   const double c = checkpoint_seconds, m = mtbf_seconds;
@@ -74,8 +82,10 @@ Result<IntervalAdvice> advise_interval(double checkpoint_seconds, double mtbf_se
   a.checkpoint_overhead = c / (tau + c);
   a.expected_loss = ((tau + c) / 2 + restart_seconds) / m;
   a.total_waste = a.checkpoint_overhead + a.expected_loss;
-  for (double v : {a.young_seconds, a.interval_seconds, a.checkpoint_overhead, a.expected_loss, a.total_waste}) {
-    if (!std::isfinite(v)) return Status(StatusCode::kInternal, "the interval advice came out non-finite");
+  for (double v : {a.young_seconds, a.interval_seconds, a.checkpoint_overhead, a.expected_loss,
+                   a.total_waste}) {
+    if (!std::isfinite(v))
+      return Status(StatusCode::kInternal, "the interval advice came out non-finite");
   }
   return a;
 }

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -124,7 +124,9 @@ Status preallocate(int fd, uint64_t size, const std::string& path) {
   if (size == 0) return Status::ok();
   int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
   if (rc == 0 || rc == EOPNOTSUPP || rc == EINVAL) return Status::ok();  // not supported here
-  return Status::from_errno(rc, "cannot allocate the data file").with_path(path).with_range(0, size);
+  return Status::from_errno(rc, "cannot allocate the data file")
+      .with_path(path)
+      .with_range(0, size);
 }
 
 }  // namespace
@@ -134,7 +136,8 @@ Result<UniqueFd> create_data_file(const ShardWriteArgs& a, ShardFileOutcome* out
   if (!fd.valid()) {
     int err = errno;
     if (err == EEXIST) {
-      return Status(StatusCode::kAlreadyExists, "the data file already exists", err).with_path(a.path);
+      return Status(StatusCode::kAlreadyExists, "the data file already exists", err)
+          .with_path(a.path);
     }
     return Status::from_errno(err, "cannot create the data file").with_path(a.path);
   }
@@ -175,7 +178,8 @@ Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
       break;
     }
     std::unique_ptr<PinnedBuffer> w = std::move(window).value();
-    size_t n = static_cast<size_t>(std::min<uint64_t>(a.pool->window_bytes(), file.size - file_pos));
+    size_t n =
+        static_cast<size_t>(std::min<uint64_t>(a.pool->window_bytes(), file.size - file_pos));
     size_t copied = 0;
     Status copy_status = cursor.copy(*w, n, &copied);
     if (!copy_status.is_ok() || copied != n) {
@@ -214,7 +218,8 @@ Status write_shard_file(const ShardWriteArgs& a, ShardFileOutcome* out) {
   if (a.durable && ::fdatasync(fd.get()) != 0) {
     return Status::from_errno(errno, "fdatasync failed").with_path(a.path);
   }
-  if (::close(fd.release()) != 0) return Status::from_errno(errno, "close failed").with_path(a.path);
+  if (::close(fd.release()) != 0)
+    return Status::from_errno(errno, "close failed").with_path(a.path);
   return Status::ok();
 }
 

@@ -18,7 +18,8 @@ Status check_tensor(const TensorSource& t) {
     return Status(StatusCode::kInvalidArgument, "tensor '" + t.name + "': " + why);
   };
   if (t.name.empty()) return {StatusCode::kInvalidArgument, "a tensor has an empty name"};
-  if (t.name.rfind("__", 0) == 0) return fail("names starting with '__' are reserved by safetensors");
+  if (t.name.rfind("__", 0) == 0)
+    return fail("names starting with '__' are reserved by safetensors");
   auto elem = safetensors_dtype_size(t.dtype);
   if (!elem) return fail("unknown dtype '" + t.dtype + "'");
   uint64_t count = 1;
@@ -32,10 +33,10 @@ Status check_tensor(const TensorSource& t) {
   if (t.nbytes > 0 && t.data == nullptr) return fail("no data");
   if (t.device < -1) return fail("invalid device " + std::to_string(t.device));
   if (t.device >= 0 && !buffer::cuda_runtime().available) {
-    return Status(StatusCode::kUnavailable, "tensor '" + t.name + "' is in the memory of CUDA device " +
-                                                std::to_string(t.device) +
-                                                ", but the CUDA runtime is not available: " +
-                                                buffer::cuda_runtime().reason);
+    return Status(StatusCode::kUnavailable,
+                  "tensor '" + t.name + "' is in the memory of CUDA device " +
+                      std::to_string(t.device) +
+                      ", but the CUDA runtime is not available: " + buffer::cuda_runtime().reason);
   }
   return Status::ok();
 }
@@ -56,7 +57,8 @@ uint64_t encoded_header_reserve(const SafetensorsHeader& raw_layout) {
   constexpr uint64_t kEntrySlack = 64;
   constexpr uint64_t kMetadataSlack = 128;  // the "fastpersist.encoding" entry
   uint64_t bytes = raw_layout.data_start + kEntrySlack * raw_layout.tensors.size() + kMetadataSlack;
-  return (bytes + kSafetensorsDefaultAlignment - 1) / kSafetensorsDefaultAlignment * kSafetensorsDefaultAlignment;
+  return (bytes + kSafetensorsDefaultAlignment - 1) / kSafetensorsDefaultAlignment *
+         kSafetensorsDefaultAlignment;
 }
 
 Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
@@ -75,7 +77,8 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
   uint64_t target = std::max<uint64_t>(options.target_file_bytes, 1);
   uint64_t min_file = std::max<uint64_t>(options.min_file_bytes, 1);
   uint64_t by_target = (total + target - 1) / target;
-  uint64_t by_parallel = std::min<uint64_t>(std::max(options.max_parallel_files, 1u), total / min_file);
+  uint64_t by_parallel =
+      std::min<uint64_t>(std::max(options.max_parallel_files, 1u), total / min_file);
   uint64_t count = std::max<uint64_t>({by_target, by_parallel, 1});
   count = std::min<uint64_t>(count, tensors.size());  // no tensors: no data file at all
 
@@ -106,21 +109,25 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
     });
     std::vector<SafetensorsEntry> entries;
     entries.reserve(file.tensors.size());
-    for (size_t i : file.tensors) entries.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape});
-    FP_ASSIGN_OR_RETURN(file.header, encode_safetensors_header(entries, {{"format", "pt"}},
-                                                                kSafetensorsDefaultAlignment,
-                                                                &file.layout));
+    for (size_t i : file.tensors)
+      entries.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape});
+    FP_ASSIGN_OR_RETURN(file.header,
+                        encode_safetensors_header(entries, {{"format", "pt"}},
+                                                  kSafetensorsDefaultAlignment, &file.layout));
     file.size = file.layout.file_bytes();
     auto has_delta = [&](size_t i) { return i < deltas.size() && deltas[i].has_value(); };
-    if (options.compression != Compression::kNone || std::any_of(file.tensors.begin(), file.tensors.end(), has_delta)) {
+    if (options.compression != Compression::kNone ||
+        std::any_of(file.tensors.begin(), file.tensors.end(), has_delta)) {
       file.encoded = true;
       file.encoded_header_bytes = encoded_header_reserve(file.layout);
       file.size = file.encoded_header_bytes;
-      const auto chunk = static_cast<uint32_t>(std::min<size_t>(kCodecChunkBytes, options.effective_window_bytes()));
+      const auto chunk = static_cast<uint32_t>(
+          std::min<size_t>(kCodecChunkBytes, options.effective_window_bytes()));
       for (size_t i : file.tensors) {
         uint64_t bound = encoded_bound(options.compression, tensors[i].nbytes, chunk);
         // A delta is zstd frames, whatever the codec of the others.
-        if (has_delta(i)) bound = std::max(bound, encoded_bound(Compression::kZstd, tensors[i].nbytes, chunk));
+        if (has_delta(i))
+          bound = std::max(bound, encoded_bound(Compression::kZstd, tensors[i].nbytes, chunk));
         file.size += bound;
       }
     }

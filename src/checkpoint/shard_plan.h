@@ -44,9 +44,9 @@ uint64_t encoded_header_reserve(const SafetensorsHeader& raw_layout);
 // files. kInvalidArgument names the offending tensor.
 // A file holding a tensor with a delta base (`deltas`: empty, or one entry per tensor) is
 // encoded even without compression.
-Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& tensors,
-                                            const DataFileOptions& options,
-                                            std::optional<uint32_t> rank = std::nullopt,
-                                            const std::vector<std::optional<DeltaSource>>& deltas = {});
+Result<std::vector<PlannedFile>> plan_files(
+    const std::vector<TensorSource>& tensors, const DataFileOptions& options,
+    std::optional<uint32_t> rank = std::nullopt,
+    const std::vector<std::optional<DeltaSource>>& deltas = {});
 
 }  // namespace fastpersist::checkpoint

@@ -37,8 +37,9 @@ Status DataFileOptions::validate() const {
                       std::to_string(staging_budget_bytes));
   }
   if (max_parallel_files < 1 || max_parallel_files > kMaxThreadsSetting) {
-    return Status(StatusCode::kInvalidArgument, "max_parallel_files must be 1 to " + std::to_string(kMaxThreadsSetting) +
-                                                    ", got " + std::to_string(max_parallel_files));
+    return Status(StatusCode::kInvalidArgument, "max_parallel_files must be 1 to " +
+                                                    std::to_string(kMaxThreadsSetting) + ", got " +
+                                                    std::to_string(max_parallel_files));
   }
   if (compression_threads > kMaxThreadsSetting) {
     return Status(StatusCode::kInvalidArgument, "compression_threads must be 0 (one per core) to " +
@@ -48,7 +49,8 @@ Status DataFileOptions::validate() const {
   if (compression == Compression::kNone && compression_level) {
     return Status(StatusCode::kInvalidArgument,
                   "compression_level " + std::to_string(*compression_level) +
-                      " was given without a compression codec: set compression to zstd or lz4, or drop the level");
+                      " was given without a compression codec: set compression to zstd or lz4, or "
+                      "drop the level");
   }
   if (compression != Compression::kNone) {
     FP_RETURN_IF_ERROR(check_compression_level(compression, effective_compression_level()));
@@ -127,9 +129,9 @@ Status check_plan_matches(const ShardPlan::Files& plan, const std::vector<Tensor
       const SafetensorsTensor& planned = file.layout.tensors[k];
       if (t.name != planned.name || t.dtype != planned.dtype || t.nbytes != planned.nbytes()) {
         return Status(StatusCode::kInvalidArgument,
-                      "tensor '" + t.name + "' does not match the plan (made for '" +
-                          planned.name + "', " + planned.dtype + ", " +
-                          std::to_string(planned.nbytes()) + " bytes)");
+                      "tensor '" + t.name + "' does not match the plan (made for '" + planned.name +
+                          "', " + planned.dtype + ", " + std::to_string(planned.nbytes()) +
+                          " bytes)");
       }
       if (t.nbytes > 0 && t.data == nullptr) {
         return Status(StatusCode::kInvalidArgument, "tensor '" + t.name + "': no data");
@@ -157,7 +159,8 @@ Status write_files(const std::string& directory, const std::vector<PlannedFile>&
     if (snapshots_left.fetch_sub(1) == 1 && on_snapshot_done) on_snapshot_done();
   };
   // Compressing workers, for this write only (joined when it ends).
-  const bool encoded = std::any_of(files.begin(), files.end(), [](const PlannedFile& f) { return f.encoded; });
+  const bool encoded =
+      std::any_of(files.begin(), files.end(), [](const PlannedFile& f) { return f.encoded; });
   std::unique_ptr<TaskPool> compressors;
   if (encoded) {
     uint64_t chunks = 0;
@@ -236,7 +239,8 @@ ShardWriteResult make_records(const std::vector<PlannedFile>& files,
       if (file.encoded) {
         const ShardFileOutcome::Stored& stored = outcome.stored[k];
         mt.offset = stored.offset;
-        mt.encoding = std::string(stored.xor_delta ? kEncodingXorZstd : encoding_of(stored.encoding));
+        mt.encoding =
+            std::string(stored.xor_delta ? kEncodingXorZstd : encoding_of(stored.encoding));
         mt.stored_length = stored.length;
         if (stored.xor_delta) mt.delta_base = deltas[file.tensors[k]]->base;
       } else {
@@ -278,20 +282,24 @@ Result<ShardPlan> ShardWriter::plan(const std::vector<TensorSource>& tensors,
                                     const std::vector<std::optional<DeltaSource>>& deltas) const {
   if (!deltas.empty()) {
     if (deltas.size() != tensors.size()) {
-      return Status(StatusCode::kInvalidArgument, "the write has " + std::to_string(tensors.size()) +
-                                                      " tensors but " + std::to_string(deltas.size()) + " delta bases");
+      return Status(StatusCode::kInvalidArgument,
+                    "the write has " + std::to_string(tensors.size()) + " tensors but " +
+                        std::to_string(deltas.size()) + " delta bases");
     }
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (!deltas[i]) continue;
       const DtypeInfo* dtype = find_dtype(tensors[i].dtype);
       const DeltaBase& b = deltas[i]->base;
       if (dtype == nullptr || dtype->kind != DtypeKind::kFloat) {
-        return Status(StatusCode::kInvalidArgument, "tensor '" + tensors[i].name + "': XOR deltas are for floats, not " +
-                                                        tensors[i].dtype);
+        return Status(
+            StatusCode::kInvalidArgument,
+            "tensor '" + tensors[i].name + "': XOR deltas are for floats, not " + tensors[i].dtype);
       }
-      if (!compression_of_encoding(b.encoding) || (b.encoding == kEncodingRaw && b.stored_length != tensors[i].nbytes)) {
+      if (!compression_of_encoding(b.encoding) ||
+          (b.encoding == kEncodingRaw && b.stored_length != tensors[i].nbytes)) {
         return Status(StatusCode::kInvalidArgument,
-                      "tensor '" + tensors[i].name + "': its delta base is not a raw, zstd or lz4 tensor of its size");
+                      "tensor '" + tensors[i].name +
+                          "': its delta base is not a raw, zstd or lz4 tensor of its size");
       }
     }
   }

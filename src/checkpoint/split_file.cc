@@ -40,7 +40,8 @@ uint64_t get_u64(const char* p) {
 }
 
 Status damaged(const std::string& path, const std::string& why) {
-  return Status(StatusCode::kDataLoss, "the split file's skeleton is damaged: " + why).with_path(path);
+  return Status(StatusCode::kDataLoss, "the split file's skeleton is damaged: " + why)
+      .with_path(path);
 }
 
 }  // namespace
@@ -50,10 +51,12 @@ std::string split_piece_name(std::string_view file, size_t index) {
 }
 
 bool is_split_skeleton(std::string_view head) {
-  return head.size() >= kSplitFileMagic.size() && head.substr(0, kSplitFileMagic.size()) == kSplitFileMagic;
+  return head.size() >= kSplitFileMagic.size() &&
+         head.substr(0, kSplitFileMagic.size()) == kSplitFileMagic;
 }
 
-std::string encode_split_skeleton(uint64_t size, const std::vector<SplitPiece>& pieces, std::string_view rest) {
+std::string encode_split_skeleton(uint64_t size, const std::vector<SplitPiece>& pieces,
+                                  std::string_view rest) {
   std::string out;
   out.reserve(kHeaderBytes + kPieceBytes * pieces.size() + rest.size());
   out.append(kSplitFileMagic);
@@ -68,7 +71,8 @@ std::string encode_split_skeleton(uint64_t size, const std::vector<SplitPiece>& 
 }
 
 Result<SplitSkeleton> decode_split_skeleton(std::string_view bytes, const std::string& path) {
-  if (!is_split_skeleton(bytes)) return damaged(path, "it does not start with " + std::string(kSplitFileMagic));
+  if (!is_split_skeleton(bytes))
+    return damaged(path, "it does not start with " + std::string(kSplitFileMagic));
   if (bytes.size() < kHeaderBytes) return damaged(path, "its header is cut short");
   SplitSkeleton s;
   s.size = get_u64(bytes.data() + 8);
@@ -84,9 +88,12 @@ Result<SplitSkeleton> decode_split_skeleton(std::string_view bytes, const std::s
   for (uint64_t i = 0; i < count; ++i) {
     const char* p = bytes.data() + kHeaderBytes + i * kPieceBytes;
     SplitPiece piece{get_u64(p), get_u64(p + 8)};
-    if (piece.length == 0 || piece.offset < end || piece.offset > s.size || piece.length > s.size - piece.offset) {
-      return damaged(path, "piece " + std::to_string(i) + " (offset " + std::to_string(piece.offset) + ", length " +
-                               std::to_string(piece.length) + ") is empty, out of order, overlaps or ends past the " +
+    if (piece.length == 0 || piece.offset < end || piece.offset > s.size ||
+        piece.length > s.size - piece.offset) {
+      return damaged(path, "piece " + std::to_string(i) + " (offset " +
+                               std::to_string(piece.offset) + ", length " +
+                               std::to_string(piece.length) +
+                               ") is empty, out of order, overlaps or ends past the " +
                                std::to_string(s.size) + "-byte file");
     }
     end = piece.offset + piece.length;
@@ -96,21 +103,26 @@ Result<SplitSkeleton> decode_split_skeleton(std::string_view bytes, const std::s
   s.rest = bytes.substr(kHeaderBytes + count * kPieceBytes);
   if (s.size - pieces_bytes != s.rest.size()) {
     return damaged(path, "the file is " + std::to_string(s.size) + " bytes, its pieces " +
-                             std::to_string(pieces_bytes) + " and the other bytes " + std::to_string(s.rest.size()));
+                             std::to_string(pieces_bytes) + " and the other bytes " +
+                             std::to_string(s.rest.size()));
   }
   return s;
 }
 
-Result<SplitWriteResult> write_split_files(const std::string& directory, const std::vector<DeferredFileWriter*>& files,
-                                           ShardWriter& writer, const std::optional<SplitBase>& base) {
+Result<SplitWriteResult> write_split_files(const std::string& directory,
+                                           const std::vector<DeferredFileWriter*>& files,
+                                           ShardWriter& writer,
+                                           const std::optional<SplitBase>& base) {
   std::set<std::string> names;
   std::vector<DeferredStream> streams;
   streams.reserve(files.size());
   for (DeferredFileWriter* f : files) {
-    if (f == nullptr) return Status(StatusCode::kInvalidArgument, "write_split_files: a null writer");
+    if (f == nullptr)
+      return Status(StatusCode::kInvalidArgument, "write_split_files: a null writer");
     FP_ASSIGN_OR_RETURN(DeferredStream s, f->take_pieces());
     if (!names.insert(s.name).second) {
-      return Status(StatusCode::kInvalidArgument, "two split files are named '" + s.name + "'").with_path(directory);
+      return Status(StatusCode::kInvalidArgument, "two split files are named '" + s.name + "'")
+          .with_path(directory);
     }
     streams.push_back(std::move(s));
   }
@@ -130,11 +142,12 @@ Result<SplitWriteResult> write_split_files(const std::string& directory, const s
   if (base) {
     incremental.tag = base->tag;
     incremental.dir = checkpoint::join_path(base->root, base->tag);
-    auto opened = CheckpointReader::open(incremental.dir, std::shared_ptr<IoEngine>(&writer.engine(), [](IoEngine*) {}));
+    auto opened = CheckpointReader::open(
+        incremental.dir, std::shared_ptr<IoEngine>(&writer.engine(), [](IoEngine*) {}));
     if (!opened.is_ok()) {
-      return Status(StatusCode::kInvalidArgument, "the base checkpoint '" + base->tag +
-                                                      "' of an incremental save cannot be read: " +
-                                                      opened.status().message())
+      return Status(StatusCode::kInvalidArgument,
+                    "the base checkpoint '" + base->tag +
+                        "' of an incremental save cannot be read: " + opened.status().message())
           .with_path(incremental.dir);
     }
     incremental.manifest = std::make_shared<const Manifest>((*opened)->manifest());
@@ -143,7 +156,8 @@ Result<SplitWriteResult> write_split_files(const std::string& directory, const s
   SplitWriteResult out;
   if (!tensors.empty()) {
     FP_ASSIGN_OR_RETURN(checkpoint::TensorWrite written,
-                        checkpoint::write_tensors(writer, directory, tensors, nullptr, base ? &incremental : nullptr,
+                        checkpoint::write_tensors(writer, directory, tensors, nullptr,
+                                                  base ? &incremental : nullptr,
                                                   /*xor_deltas=*/false, o.compression_threads));
     out.files = std::move(written.data.files);
     out.tensors = std::move(written.data.tensors);
@@ -156,17 +170,17 @@ Result<SplitWriteResult> write_split_files(const std::string& directory, const s
     pieces.reserve(s.borrowed.size());
     for (const DeferredStream::Borrowed& b : s.borrowed) pieces.push_back({b.offset, b.bytes});
     std::string skeleton = encode_split_skeleton(s.size, pieces, s.rest);
-    FP_ASSIGN_OR_RETURN(ManifestFile record,
-                        write_sidecar_file(directory, s.name, skeleton, o.durable, o.checksums, o.rank));
+    FP_ASSIGN_OR_RETURN(ManifestFile record, write_sidecar_file(directory, s.name, skeleton,
+                                                                o.durable, o.checksums, o.rank));
     out.bytes_written += skeleton.size();
     out.files.push_back(std::move(record));
   }
   return out;
 }
 
-SplitFileReader::SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes, uint64_t size,
-                                 std::vector<SplitPiece> pieces, std::vector<size_t> piece_tensors,
-                                 size_t rest_offset)
+SplitFileReader::SplitFileReader(CheckpointReader* reader, std::string name, std::string bytes,
+                                 uint64_t size, std::vector<SplitPiece> pieces,
+                                 std::vector<size_t> piece_tensors, size_t rest_offset)
     : reader_(reader),
       name_(std::move(name)),
       bytes_(std::move(bytes)),
@@ -186,7 +200,8 @@ Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const st
   const std::string path = checkpoint::join_path(reader.dir(), name);
   FP_ASSIGN_OR_RETURN(std::string bytes, reader.read_file(name));
   if (!is_split_skeleton(bytes)) {
-    return Status(StatusCode::kInvalidArgument, "not a split file (a plain one: read it as it is)").with_path(path);
+    return Status(StatusCode::kInvalidArgument, "not a split file (a plain one: read it as it is)")
+        .with_path(path);
   }
   FP_ASSIGN_OR_RETURN(SplitSkeleton skeleton, decode_split_skeleton(bytes, path));
   const Manifest& m = reader.manifest();
@@ -198,14 +213,16 @@ Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const st
     const std::string piece = split_piece_name(name, k);
     auto found = by_name.find(piece);
     if (found == by_name.end()) {
-      return Status(StatusCode::kDataLoss, "the manifest has no tensor '" + piece + "' for piece " + std::to_string(k))
+      return Status(StatusCode::kDataLoss,
+                    "the manifest has no tensor '" + piece + "' for piece " + std::to_string(k))
           .with_path(path);
     }
     const ManifestTensor& t = m.tensors[found->second];
     piece_tensors.push_back(found->second);
     const uint64_t length = skeleton.pieces[k].length;
     if (t.dtype != "U8" || t.shape != std::vector<uint64_t>{length} || t.length != length) {
-      return Status(StatusCode::kDataLoss, "the manifest's tensor '" + piece + "' is not " + std::to_string(length) +
+      return Status(StatusCode::kDataLoss, "the manifest's tensor '" + piece + "' is not " +
+                                               std::to_string(length) +
                                                " bytes of U8, as the skeleton says")
           .with_path(path);
     }
@@ -217,7 +234,8 @@ Result<SplitFileReader> SplitFileReader::open(CheckpointReader& reader, const st
 
 Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify) const {
   if (out == nullptr || capacity < size_) {
-    return Status(StatusCode::kInvalidArgument, "read_into: " + std::to_string(capacity) + " bytes of room for a " +
+    return Status(StatusCode::kInvalidArgument, "read_into: " + std::to_string(capacity) +
+                                                    " bytes of room for a " +
                                                     std::to_string(size_) + "-byte file");
   }
   return read_range(0, out, static_cast<size_t>(size_), verify);  // every piece whole: one load
@@ -225,9 +243,9 @@ Status SplitFileReader::read_into(std::byte* out, uint64_t capacity, bool verify
 
 Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bool verify) const {
   if (offset > size_ || n > size_ - offset || (out == nullptr && n > 0)) {
-    return Status(StatusCode::kInvalidArgument, "read_range: bytes [" + std::to_string(offset) + ", +" +
-                                                    std::to_string(n) + ") of a " + std::to_string(size_) +
-                                                    "-byte file");
+    return Status(StatusCode::kInvalidArgument, "read_range: bytes [" + std::to_string(offset) +
+                                                    ", +" + std::to_string(n) + ") of a " +
+                                                    std::to_string(size_) + "-byte file");
   }
   const uint64_t end = offset + n;
   // The first piece that ends after `offset`.
@@ -247,8 +265,10 @@ Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bo
       // Other bytes, up to the next piece: at file position p they are at rest index
       // p - (the pieces' bytes before p).
       const uint64_t until = k == pieces_.size() ? end : std::min(end, pieces_[k].offset);
-      const uint64_t before = k == pieces_.size() ? size_ - (bytes_.size() - rest_offset_) : pieces_before_[k];
-      std::memcpy(out + (at - offset), bytes_.data() + rest_offset_ + (at - before), static_cast<size_t>(until - at));
+      const uint64_t before =
+          k == pieces_.size() ? size_ - (bytes_.size() - rest_offset_) : pieces_before_[k];
+      std::memcpy(out + (at - offset), bytes_.data() + rest_offset_ + (at - before),
+                  static_cast<size_t>(until - at));
       at = until;
       continue;
     }
@@ -267,7 +287,8 @@ Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bo
     } else {
       std::vector<std::byte> piece(static_cast<size_t>(p.length));
       FP_RETURN_IF_ERROR(read_range(p.offset, piece.data(), piece.size(), verify));
-      std::memcpy(out + (at - offset), piece.data() + (at - p.offset), static_cast<size_t>(until - at));
+      std::memcpy(out + (at - offset), piece.data() + (at - p.offset),
+                  static_cast<size_t>(until - at));
     }
     at = until;
     ++k;
@@ -279,7 +300,8 @@ Status SplitFileReader::read_range(uint64_t offset, std::byte* out, size_t n, bo
 Status SplitFileReader::stream(uint64_t chunk_bytes, bool verify,
                                const std::function<Status(const std::byte*, size_t)>& sink) const {
   if (chunk_bytes == 0 || chunk_bytes % 4096 != 0) {
-    return Status(StatusCode::kInvalidArgument, "stream: chunk_bytes must be a positive multiple of 4096");
+    return Status(StatusCode::kInvalidArgument,
+                  "stream: chunk_bytes must be a positive multiple of 4096");
   }
   uint64_t at = 0;
   size_t rest = rest_offset_;
@@ -294,26 +316,28 @@ Status SplitFileReader::stream(uint64_t chunk_bytes, bool verify,
   };
   for (size_t k = 0; k < pieces_.size(); ++k) {
     FP_RETURN_IF_ERROR(other_bytes(pieces_[k].offset));
-    FP_RETURN_IF_ERROR(reader_->read_pieces(piece_tensors_[k], chunk_bytes, verify,
-                                            [&](uint64_t, const std::byte* data, size_t n) { return sink(data, n); }));
+    FP_RETURN_IF_ERROR(reader_->read_pieces(
+        piece_tensors_[k], chunk_bytes, verify,
+        [&](uint64_t, const std::byte* data, size_t n) { return sink(data, n); }));
     at += pieces_[k].length;
   }
   return other_bytes(size_);
 }
 
-Result<ManifestFile> write_plain_file(const SplitFileReader& split, const std::string& directory, bool durable,
-                                      bool checksums, std::optional<uint32_t> rank) {
+Result<ManifestFile> write_plain_file(const SplitFileReader& split, const std::string& directory,
+                                      bool durable, bool checksums, std::optional<uint32_t> rank) {
   const std::string path = checkpoint::join_path(directory, split.name());
   FastFileWriterOptions o;
   o.durable = durable;
   FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> out, FastFileWriter::open(path, o));
   Xxh3Stream hash;
   uint64_t size = 0;
-  Status st = split.stream(kStreamChunkBytes, /*verify=*/true, [&](const std::byte* data, size_t n) {
-    if (checksums) hash.update(data, n);
-    size += n;
-    return out->write(data, n);
-  });
+  Status st =
+      split.stream(kStreamChunkBytes, /*verify=*/true, [&](const std::byte* data, size_t n) {
+        if (checksums) hash.update(data, n);
+        size += n;
+        return out->write(data, n);
+      });
   if (st.is_ok()) st = out->close();
   if (!st.is_ok()) {
     out->abort();

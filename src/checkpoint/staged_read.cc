@@ -38,8 +38,8 @@ struct Piece {
   uint64_t read_end() const { return std::min(align_up(end, kAlignment), file_size); }
 };
 
-std::vector<Piece> plan_pieces(const std::vector<StagedTarget>& targets, const std::vector<size_t>& order,
-                               const StagedReadOptions& o) {
+std::vector<Piece> plan_pieces(const std::vector<StagedTarget>& targets,
+                               const std::vector<size_t>& order, const StagedReadOptions& o) {
   std::vector<Piece> pieces;
   for (size_t i : order) {
     const StagedTarget& t = targets[i];
@@ -47,7 +47,8 @@ std::vector<Piece> plan_pieces(const std::vector<StagedTarget>& targets, const s
     while (pos < t.length) {
       uint64_t at = t.file_offset + pos;
       bool join = !pieces.empty() && *pieces.back().path == t.path && at >= pieces.back().end &&
-                  at - pieces.back().end <= o.max_gap_bytes && at < pieces.back().begin + o.slot_bytes;
+                  at - pieces.back().end <= o.max_gap_bytes &&
+                  at < pieces.back().begin + o.slot_bytes;
       if (!join) pieces.push_back({&t.path, align_down(at, kAlignment), at, t.file_size, {}});
       Piece& p = pieces.back();
       // Whole 4 KiB pages up to the slot's end, so the aligned read fits the slot.
@@ -62,7 +63,8 @@ std::vector<Piece> plan_pieces(const std::vector<StagedTarget>& targets, const s
 
 class StagedReader {
  public:
-  StagedReader(IoEngine& engine, const std::vector<StagedTarget>& targets, const StagedReadOptions& o)
+  StagedReader(IoEngine& engine, const std::vector<StagedTarget>& targets,
+               const StagedReadOptions& o)
       : engine_(engine), targets_(targets), o_(o) {}
 
   Status run() {
@@ -138,7 +140,8 @@ class StagedReader {
       std::vector<int> devices;
       for (const Part& part : f.piece->parts) {
         int d = targets_[part.target].device;
-        if (d >= 0 && std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+        if (d >= 0 && std::find(devices.begin(), devices.end(), d) == devices.end())
+          devices.push_back(d);
       }
       for (int d : devices) {
         Status copied = buffer::finish_copies(d);
@@ -166,7 +169,8 @@ class StagedReader {
       }
       done += n;
     }
-    if (hashing && part.target_pos + part.length == t.length) return o_.on_checksum(part.target, hash_.digest());
+    if (hashing && part.target_pos + part.length == t.length)
+      return o_.on_checksum(part.target, hash_.digest());
     return Status::ok();
   }
 
@@ -181,13 +185,16 @@ class StagedReader {
 
 }  // namespace
 
-Status read_staged(IoEngine& engine, const std::vector<StagedTarget>& targets, const StagedReadOptions& options) {
+Status read_staged(IoEngine& engine, const std::vector<StagedTarget>& targets,
+                   const StagedReadOptions& options) {
   if (options.slot_bytes < kAlignment || options.slot_bytes % kAlignment != 0) {
-    return Status(StatusCode::kInvalidArgument, "staged read slots must be a positive multiple of 4096 bytes");
+    return Status(StatusCode::kInvalidArgument,
+                  "staged read slots must be a positive multiple of 4096 bytes");
   }
   for (const StagedTarget& t : targets) {
     if (t.length > 0 && (t.destination == nullptr || t.file_offset + t.length > t.file_size)) {
-      return Status(StatusCode::kInvalidArgument, "staged read target outside its file or without memory")
+      return Status(StatusCode::kInvalidArgument,
+                    "staged read target outside its file or without memory")
           .with_path(t.path);
     }
   }

@@ -29,7 +29,7 @@
 namespace fastpersist::checkpoint {
 
 struct StagedTarget {
-  std::string path;          // the data file
+  std::string path;  // the data file
   uint64_t file_size = 0;
   uint64_t file_offset = 0;  // the tensor's bytes in it
   uint64_t length = 0;

@@ -30,7 +30,8 @@ Status stage_bytes(const TensorSource& source, uint64_t pos, size_t bytes, Pinne
   if (source.device >= 0) {
     Status st = buffer::prepare_copy_target(window, source.device);
     if (st.is_ok()) st = buffer::copy_from_device(dst, source.data + pos, bytes, source.device);
-    if (!st.is_ok()) return Status(st.code(), "snapshot of tensor '" + source.name + "': " + st.message());
+    if (!st.is_ok())
+      return Status(st.code(), "snapshot of tensor '" + source.name + "': " + st.message());
     hash_staged(dst, bytes, hash);
     return Status::ok();
   }

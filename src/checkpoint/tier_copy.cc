@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,11 +25,13 @@ constexpr size_t kCopyWindowBytes = size_t{8} << 20;
 
 Status sync_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return Status::from_errno(errno, "cannot open the copied file to sync it").with_path(path);
+  if (fd < 0)
+    return Status::from_errno(errno, "cannot open the copied file to sync it").with_path(path);
   int rc = ::fdatasync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) return Status::from_errno(err, "fdatasync of the copied file failed").with_path(path);
+  if (rc != 0)
+    return Status::from_errno(err, "fdatasync of the copied file failed").with_path(path);
   return Status::ok();
 }
 
@@ -54,9 +56,10 @@ CommitContent content_of(Manifest m) {
 namespace {
 
 // One own file: streamed from `from`, checked, written to `to` (a new file).
-Status copy_file_checked(const std::string& dir, const std::string& from, const std::string& to, const Manifest& m, size_t file,
-                         const ManifestIndex& index, IoEngine& read_engine, IoEngine& write_engine,
-                         bool durable, const CopyPacer& pacer, uint64_t* copied) {
+Status copy_file_checked(const std::string& dir, const std::string& from, const std::string& to,
+                         const Manifest& m, size_t file, const ManifestIndex& index,
+                         IoEngine& read_engine, IoEngine& write_engine, bool durable,
+                         const CopyPacer& pacer, uint64_t* copied) {
   FP_RETURN_IF_ERROR(write_new_file(to, "", /*durable=*/false));
   uint64_t checked = 0;
   // Small windows: a local snapshot that pauses the copy waits for at most one window's read
@@ -80,8 +83,10 @@ Status copy_file_checked(const std::string& dir, const std::string& from, const 
   std::vector<std::string> problems;
   FP_RETURN_IF_ERROR(check_checkpoint_file(from, m, file, index.tensors_in(file), io, problems));
   if (!problems.empty()) {
-    std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
-    return Status(StatusCode::kDataLoss, "checkpoint '" + m.tag + "' is damaged: " + problems.front() + more)
+    std::string more =
+        problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "";
+    return Status(StatusCode::kDataLoss,
+                  "checkpoint '" + m.tag + "' is damaged: " + problems.front() + more)
         .with_path(from);
   }
   return durable ? sync_file(to) : Status::ok();
@@ -89,15 +94,17 @@ Status copy_file_checked(const std::string& dir, const std::string& from, const 
 
 }  // namespace
 
-CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel, std::function<bool()> pause) {
+CopyPacer make_pacer(uint64_t bytes_per_second, const std::atomic<bool>* cancel,
+                     std::function<bool()> pause) {
   using Clock = std::chrono::steady_clock;
   auto began = std::make_shared<Clock::time_point>();
   return [bytes_per_second, cancel, began, pause = std::move(pause)](uint64_t copied) -> Status {
     if (copied == 0) *began = Clock::now();
     for (;;) {
       if (cancel != nullptr && cancel->load()) {
-        return Status(StatusCode::kBusy,
-                      "the copy was stopped (its manager is closing); the next drain copies it again");
+        return Status(
+            StatusCode::kBusy,
+            "the copy was stopped (its manager is closing); the next drain copies it again");
       }
       if (pause && pause()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -134,10 +141,11 @@ Result<CopyResult> copy_checkpoint(const std::string& source_root, const std::st
     const ManifestFile& f = m.files[i];
     if (!referenced_checkpoint(f).empty()) continue;  // in the base, which the destination holds
     auto from = resolve_manifest_file(dir, f);
-    Status st = from.is_ok() ? copy_file_checked(dir, *from, join_path(commit->directory(), f.name), m, i, index,
-                                                 read_engine, destination.engine(),
-                                                 destination.options().durable, pacer, &result.bytes)
-                             : from.status();
+    Status st = from.is_ok()
+                    ? copy_file_checked(dir, *from, join_path(commit->directory(), f.name), m, i,
+                                        index, read_engine, destination.engine(),
+                                        destination.options().durable, pacer, &result.bytes)
+                    : from.status();
     if (!st.is_ok()) {
       (void)commit->abort();
       return st;

@@ -25,13 +25,15 @@ bool selected(const CheckpointInfo& c, const TierOptions& options) {
 }
 
 Status in_tier(const TierOptions& tier, const Status& st) {
-  return Status(st.code(), "tier " + tier.path + ": " + st.message(), st.sys_errno()).with_path(st.path());
+  return Status(st.code(), "tier " + tier.path + ": " + st.message(), st.sys_errno())
+      .with_path(st.path());
 }
 
 }  // namespace
 
 std::vector<std::string> plan_drain(const std::vector<CheckpointInfo>& local,
-                                    const std::vector<CheckpointInfo>& tier, const TierOptions& options) {
+                                    const std::vector<CheckpointInfo>& tier,
+                                    const TierOptions& options) {
   std::unordered_set<std::string> present;
   double newest = -1;
   for (const CheckpointInfo& c : tier) {
@@ -40,15 +42,18 @@ std::vector<std::string> plan_drain(const std::vector<CheckpointInfo>& local,
   }
   std::vector<CheckpointInfo> wanted;
   for (const CheckpointInfo& c : local) {
-    if (selected(c, options) && c.created_unix > newest && present.count(c.tag) == 0) wanted.push_back(c);
+    if (selected(c, options) && c.created_unix > newest && present.count(c.tag) == 0)
+      wanted.push_back(c);
   }
   // What the tier's retention would remove once these arrived is not worth sending.
   std::vector<CheckpointInfo> after = tier;
   after.insert(after.end(), wanted.begin(), wanted.end());
-  std::stable_sort(after.begin(), after.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
-    return a.created_unix < b.created_unix;
-  });
-  std::vector<std::string> dropped = select_for_removal(after, options.keep_last, options.keep_every);
+  std::stable_sort(after.begin(), after.end(),
+                   [](const CheckpointInfo& a, const CheckpointInfo& b) {
+                     return a.created_unix < b.created_unix;
+                   });
+  std::vector<std::string> dropped =
+      select_for_removal(after, options.keep_last, options.keep_every);
   std::unordered_set<std::string> drop(dropped.begin(), dropped.end());
   std::unordered_map<std::string, const CheckpointInfo*> by_tag;
   for (const CheckpointInfo& c : local) by_tag.emplace(c.tag, &c);
@@ -67,7 +72,8 @@ std::vector<std::string> plan_drain(const std::vector<CheckpointInfo>& local,
   return plan;
 }
 
-Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier, const CheckpointOptions& base) {
+Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier,
+                                                     const CheckpointOptions& base) {
   CheckpointOptions o;
   o.engine = base.engine;
   o.durable = base.durable;
@@ -100,8 +106,9 @@ TierPass drain_tier(const std::string& local_root, const std::vector<std::string
     if (hooks.begin) hooks.begin(tag);
     Status outcome;
     if (!failed_base.empty()) {
-      outcome = Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' was not drained: its base '" +
-                                                  failed_base + "' could not be");
+      outcome =
+          Status(StatusCode::kDataLoss, "checkpoint '" + tag + "' was not drained: its base '" +
+                                            failed_base + "' could not be");
     } else {
       auto began = Clock::now();
       auto copied = tier.receive(local_root, tag, read_engine, hooks.pacer);
@@ -114,10 +121,11 @@ TierPass drain_tier(const std::string& local_root, const std::vector<std::string
       } else if (copied.status().code() == StatusCode::kNotFound) {
         pass.gone.push_back(tag);  // local retention or remove() was first: nothing to keep
       } else {
-        outcome = Status(copied.status().code(),
-                         "checkpoint '" + tag + "' could not be drained: " + copied.status().message(),
-                         copied.status().sys_errno())
-                      .with_path(copied.status().path());
+        outcome =
+            Status(copied.status().code(),
+                   "checkpoint '" + tag + "' could not be drained: " + copied.status().message(),
+                   copied.status().sys_errno())
+                .with_path(copied.status().path());
       }
     }
     if (!outcome.is_ok()) {
@@ -178,10 +186,12 @@ void TierDrainer::committed(const std::string& tag) {
 std::string TierDrainer::pin_reason(const std::string& tag) const {
   std::lock_guard lock(mu_);
   for (const Tier& t : tiers_) {
-    if (t.state.draining == tag) return "checkpoint '" + tag + "' is being drained into tier " + t.options.path;
+    if (t.state.draining == tag)
+      return "checkpoint '" + tag + "' is being drained into tier " + t.options.path;
   }
   if (!setup_.pin_until_drained) return "";
-  if (fresh_.count(tag) != 0) return "checkpoint '" + tag + "' was just committed and waits for its tiers";
+  if (fresh_.count(tag) != 0)
+    return "checkpoint '" + tag + "' was just committed and waits for its tiers";
   for (const Tier& t : tiers_) {
     if (std::find(t.state.waiting.begin(), t.state.waiting.end(), tag) != t.state.waiting.end()) {
       return "checkpoint '" + tag + "' waits to be drained into tier " + t.options.path;
@@ -215,19 +225,22 @@ Status TierDrainer::wait(std::optional<double> timeout_seconds) {
       std::string left;
       for (const Tier& t : tiers_) {
         size_t n = t.state.waiting.size();
-        if (n != 0) left += (left.empty() ? "" : ", ") + std::to_string(n) + " for " + t.options.path;
+        if (n != 0)
+          left += (left.empty() ? "" : ", ") + std::to_string(n) + " for " + t.options.path;
       }
-      return Status(StatusCode::kBusy, "the drains did not finish within " + std::to_string(*timeout_seconds) +
-                                           " s (checkpoints waiting: " + (left.empty() ? "none" : left) + ")");
+      return Status(StatusCode::kBusy,
+                    "the drains did not finish within " + std::to_string(*timeout_seconds) +
+                        " s (checkpoints waiting: " + (left.empty() ? "none" : left) + ")");
     }
   } else {
     cv_.wait(lock, done);
   }
   if (pass_failures_.empty()) return Status::ok();
   const Status& first = pass_failures_.front();
-  std::string more = pass_failures_.size() > 1
-                         ? " (and " + std::to_string(pass_failures_.size() - 1) + " more drain failure(s))"
-                         : "";
+  std::string more =
+      pass_failures_.size() > 1
+          ? " (and " + std::to_string(pass_failures_.size() - 1) + " more drain failure(s))"
+          : "";
   return Status(first.code(), first.message() + more, first.sys_errno()).with_path(first.path());
 }
 
@@ -285,10 +298,11 @@ void TierDrainer::pass() {
   }
   auto scanned = list_checkpoints(setup_.local_root);
   if (!scanned.is_ok()) {
-    failures.push_back(Status(scanned.status().code(),
-                              "cannot list the local checkpoints to drain them: " + scanned.status().message(),
-                              scanned.status().sys_errno())
-                           .with_path(scanned.status().path()));
+    failures.push_back(
+        Status(scanned.status().code(),
+               "cannot list the local checkpoints to drain them: " + scanned.status().message(),
+               scanned.status().sys_errno())
+            .with_path(scanned.status().path()));
   }
   // Every tier's plan first, so that all of them are pinned before the first copy begins.
   std::vector<std::optional<std::vector<std::string>>> plans(tiers_.size());
@@ -343,7 +357,8 @@ void TierDrainer::pass() {
       }
     };
     hooks.pacer = make_pacer(tier.options.bandwidth_bytes_per_second, &cancel_, setup_.pause);
-    TierPass result = drain_tier(setup_.local_root, *plans[i], *scanned, *read_engine_, *tier.target, hooks);
+    TierPass result =
+        drain_tier(setup_.local_root, *plans[i], *scanned, *read_engine_, *tier.target, hooks);
     {
       std::lock_guard lock(mu_);
       tier.state.checkpoints_drained += result.drained.size();
@@ -358,7 +373,8 @@ void TierDrainer::pass() {
   // the tier (prune it, open a manager on it to load).
   for (Tier& tier : tiers_) {
     if (!tier.target) continue;
-    if (Status st = tier.target->close(); !st.is_ok()) failures.push_back(in_tier(tier.options, st));
+    if (Status st = tier.target->close(); !st.is_ok())
+      failures.push_back(in_tier(tier.options, st));
     tier.target.reset();
   }
   if (drained_any && setup_.after_drain) {

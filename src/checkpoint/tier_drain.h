@@ -29,16 +29,18 @@ namespace fastpersist::checkpoint {
 // retention would remove at once; plus the base of each incremental one the tier lacks, before
 // it.
 std::vector<std::string> plan_drain(const std::vector<CheckpointInfo>& local,
-                                    const std::vector<CheckpointInfo>& tier, const TierOptions& options);
+                                    const std::vector<CheckpointInfo>& tier,
+                                    const TierOptions& options);
 
 // Each tier valid (TierOptions::validate) and none of `root` and the tiers the same directory as
 // another or inside another (kInvalidArgument naming both).
 Status check_tiers(const std::string& root, const std::vector<TierOptions>& tiers);
 
 // Opens the manager of a tier: its root lock (kBusy when another process holds it), its
-// retention, and the debris of a drain that died removed. A drainer holds it for one pass. `base` gives the engine and
-// durability.
-Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier, const CheckpointOptions& base);
+// retention, and the debris of a drain that died removed. A drainer holds it for one pass. `base`
+// gives the engine and durability.
+Result<std::unique_ptr<CheckpointManager>> open_tier(const TierOptions& tier,
+                                                     const CheckpointOptions& base);
 
 // Where one pass copies to: a directory tier (its CheckpointManager, whose lock the pass holds)
 // or an object tier (object_tier.h). Opened for a pass, closed after it.
@@ -49,15 +51,16 @@ class TierTarget {
   // The committed checkpoints there, oldest first.
   virtual Result<std::vector<CheckpointInfo>> list() = 0;
   // Copies <local_root>/<tag> there (copy_checkpoint's contract, or ObjectTier::upload's).
-  virtual Result<CopyResult> receive(const std::string& local_root, const std::string& tag, IoEngine& read_engine,
-                                     const CopyPacer& pacer) = 0;
+  virtual Result<CopyResult> receive(const std::string& local_root, const std::string& tag,
+                                     IoEngine& read_engine, const CopyPacer& pacer) = 0;
   // Ends the pass: a directory tier's lock is released; an object tier's retention runs.
   virtual Status close() = 0;
 };
 
 // A directory tier: open_tier. An object tier: its store opened, and what drains that died
 // left removed (objects without a manifest, unfinished uploads).
-Result<std::unique_ptr<TierTarget>> open_tier_target(const TierOptions& tier, const CheckpointOptions& base);
+Result<std::unique_ptr<TierTarget>> open_tier_target(const TierOptions& tier,
+                                                     const CheckpointOptions& base);
 
 // The committed checkpoints of a tier, oldest first, without opening it for a pass (no lock).
 Result<std::vector<CheckpointInfo>> list_tier(const TierOptions& tier);
@@ -92,7 +95,7 @@ class TierDrainer {
   struct Setup {
     std::string local_root;
     std::vector<TierOptions> tiers;
-    CheckpointOptions base;            // engine and durability of the tiers' managers
+    CheckpointOptions base;  // engine and durability of the tiers' managers
     bool pin_until_drained = true;
     std::function<Status()> after_drain;  // local retention, once pins were released
     // True while a local save is taking its snapshot (its caller is blocked): copying pauses
@@ -125,16 +128,16 @@ class TierDrainer {
 
   struct Tier {
     TierOptions options;
-    std::unique_ptr<TierTarget> target;  // the drain thread's, open during a pass
-    std::vector<CheckpointInfo> listing;         // the drain thread's: as last seen
-    TierState state;                             // under mu_
+    std::unique_ptr<TierTarget> target;   // the drain thread's, open during a pass
+    std::vector<CheckpointInfo> listing;  // the drain thread's: as last seen
+    TierState state;                      // under mu_
   };
   const Setup setup_;
   std::unique_ptr<IoEngine> read_engine_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Tier> tiers_;
-  std::set<std::string> fresh_;      // committed since the current pass scanned the root
+  std::set<std::string> fresh_;  // committed since the current pass scanned the root
   std::vector<Status> new_errors_;
   size_t dropped_errors_ = 0;
   std::vector<Status> pass_failures_;  // of the last completed pass
@@ -152,13 +155,14 @@ namespace fastpersist::checkpoint {
 
 // The checkpoints of several roots merged (CheckpointManager::locations()): `roots[0]` is the
 // local root; a root whose listing failed is skipped and named in `unreachable`.
-std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
-                                          const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
-                                          std::vector<std::string>* unreachable);
+std::vector<CheckpointPlace> merge_places(
+    const std::vector<std::string>& roots,
+    const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
+    std::vector<std::string>* unreachable);
 
 // Copies `tag` from the tier into `destination`, first the checkpoints it references that the
 // destination lacks (CheckpointManager::pull()). Returns the bytes copied.
-Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag, IoEngine& read_engine,
-                                 CheckpointManager& destination);
+Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag,
+                                 IoEngine& read_engine, CheckpointManager& destination);
 
 }  // namespace fastpersist::checkpoint

@@ -11,10 +11,12 @@ namespace fastpersist {
 
 Status TierOptions::validate() const {
   auto bad = [&](const std::string& what) {
-    return Status(StatusCode::kInvalidArgument, "tier " + (path.empty() ? std::string("''") : path) + ": " + what);
+    return Status(StatusCode::kInvalidArgument,
+                  "tier " + (path.empty() ? std::string("''") : path) + ": " + what);
   };
   if (path.empty()) return bad("the path is empty");
-  if (keep_last && *keep_last == 0) return bad("keep_last must be at least 1 (the newest checkpoint is always kept)");
+  if (keep_last && *keep_last == 0)
+    return bad("keep_last must be at least 1 (the newest checkpoint is always kept)");
   if (keep_every && *keep_every < 1) return bad("keep_every must be at least 1");
   if (every && *every < 1) return bad("every must be at least 1");
   if (part_bytes < kMinTierPartBytes || part_bytes > kMaxTierPartBytes) {
@@ -61,10 +63,11 @@ Status check_tiers(const std::string& root, const std::vector<TierOptions>& tier
   for (size_t i = 0; i < places.size(); ++i) {
     for (size_t j = 0; j < places.size(); ++j) {
       if (i == j || !inside(places[i].first, places[j].first)) continue;
-      return Status(StatusCode::kInvalidArgument,
-                    places[i].second + " (" + places[i].first.string() + ") is " +
-                        (places[i].first == places[j].first ? "the same directory as " : "inside ") +
-                        places[j].second + ": each tier needs a directory of its own")
+      return Status(
+                 StatusCode::kInvalidArgument,
+                 places[i].second + " (" + places[i].first.string() + ") is " +
+                     (places[i].first == places[j].first ? "the same directory as " : "inside ") +
+                     places[j].second + ": each tier needs a directory of its own")
           .with_path(places[i].first.string());
     }
   }

@@ -12,14 +12,16 @@
 
 namespace fastpersist::checkpoint {
 
-std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
-                                          const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
-                                          std::vector<std::string>* unreachable) {
+std::vector<CheckpointPlace> merge_places(
+    const std::vector<std::string>& roots,
+    const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
+    std::vector<std::string>* unreachable) {
   std::vector<CheckpointPlace> places;
   std::map<std::pair<std::string, double>, size_t> index;  // (tag, created) -> places[i]
   for (size_t r = 0; r < roots.size(); ++r) {
     if (!listings[r].is_ok()) {
-      if (unreachable != nullptr) unreachable->push_back(roots[r] + ": " + listings[r].status().to_string());
+      if (unreachable != nullptr)
+        unreachable->push_back(roots[r] + ": " + listings[r].status().to_string());
       continue;
     }
     for (const CheckpointInfo& c : *listings[r]) {
@@ -28,14 +30,15 @@ std::vector<CheckpointPlace> merge_places(const std::vector<std::string>& roots,
       places[it->second].roots.push_back(roots[r]);
     }
   }
-  std::stable_sort(places.begin(), places.end(), [](const CheckpointPlace& a, const CheckpointPlace& b) {
-    return a.info.created_unix < b.info.created_unix;
-  });
+  std::stable_sort(places.begin(), places.end(),
+                   [](const CheckpointPlace& a, const CheckpointPlace& b) {
+                     return a.info.created_unix < b.info.created_unix;
+                   });
   return places;
 }
 
-Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag, IoEngine& read_engine,
-                                 CheckpointManager& destination) {
+Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag,
+                                 IoEngine& read_engine, CheckpointManager& destination) {
   FP_RETURN_IF_ERROR(validate_tag(tag));
   if (tier.is_object_store()) {
     FP_ASSIGN_OR_RETURN(std::unique_ptr<ObjectTier> objects, open_object_tier(tier));

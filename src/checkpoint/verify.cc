@@ -67,12 +67,14 @@ void check_header(const std::string& path, const ManifestFile& f, const Manifest
 }
 
 // The base bytes of an XOR delta (null for other tensors), found from the checkpoint's directory.
-Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base(const std::string& dir, const Manifest& m,
+Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base(const std::string& dir,
+                                                                     const Manifest& m,
                                                                      const ManifestTensor& t) {
   if (!t.delta_base) return std::shared_ptr<const checkpoint::DeltaBaseBytes>();
   const ManifestFile* file = m.find_file(t.delta_base->file);
   if (dir.empty() || file == nullptr) {
-    return Status(StatusCode::kInternal, checkpoint::tensor_place(t) + ": the base of an XOR delta cannot be found");
+    return Status(StatusCode::kInternal,
+                  checkpoint::tensor_place(t) + ": the base of an XOR delta cannot be found");
   }
   FP_ASSIGN_OR_RETURN(std::string path, checkpoint::resolve_manifest_file(dir, *file));
   return checkpoint::DeltaBaseBytes::open(t, path);
@@ -116,7 +118,8 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       ranges[r].damage = table.status();
       continue;
     }
-    Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> base = delta_base(io.checkpoint_dir, m, t);
+    Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> base =
+        delta_base(io.checkpoint_dir, m, t);
     if (!base.is_ok()) {
       ranges[r].damage = base.status();
       continue;
@@ -150,7 +153,8 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
     if (io.progress) io.progress(*io.checked, io.total);
     return Status::ok();
   };
-  FP_RETURN_IF_ERROR(checkpoint::stream_file(path, f.size, io.engine, consume, io.window_bytes, io.before_read));
+  FP_RETURN_IF_ERROR(
+      checkpoint::stream_file(path, f.size, io.engine, consume, io.window_bytes, io.before_read));
   for (size_t r = 0; r < ranges.size(); ++r) {
     if (ranges[r].frames && ranges[r].damage.is_ok()) ranges[r].damage = ranges[r].frames->finish();
     if (!ranges[r].damage.is_ok()) {
@@ -165,17 +169,18 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       // would make a later save reference the wrong bytes.
       const ManifestTensor& t = m.tensors[ranges[r].tensor];
       if (t.digest && actual == ranges[r].expected && streams[r].digest128() != *t.digest) {
-        problems.push_back("tensor '" + t.name + "' in " + f.name + ": its xxh3_128 content digest " +
-                           digest_to_hex(*t.digest) + " is not that of its bytes (" +
-                           digest_to_hex(streams[r].digest128()) +
+        problems.push_back("tensor '" + t.name + "' in " + f.name +
+                           ": its xxh3_128 content digest " + digest_to_hex(*t.digest) +
+                           " is not that of its bytes (" + digest_to_hex(streams[r].digest128()) +
                            "), though its checksum matches: a forged or damaged manifest");
         continue;
       }
     }
     if (actual == ranges[r].expected) continue;
-    std::string what = ranges[r].tensor != kLeadingBytes ? "tensor '" + m.tensors[ranges[r].tensor].name + "'"
-                       : f.role == "objects"             ? f.name
-                                                         : "header of " + f.name;
+    std::string what = ranges[r].tensor != kLeadingBytes
+                           ? "tensor '" + m.tensors[ranges[r].tensor].name + "'"
+                       : f.role == "objects" ? f.name
+                                             : "header of " + f.name;
     problems.push_back(what + " in " + f.name + " (offset " + std::to_string(ranges[r].begin) +
                        ", length " + std::to_string(ranges[r].end - ranges[r].begin) +
                        ") fails its checksum: manifest " + checksum_to_hex(ranges[r].expected) +
@@ -234,11 +239,13 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
   const ManifestIndex index(m);
   report.has_checksums = m.checksum_algorithm != kNoChecksum;
   for (const ManifestTensor& t : m.tensors) {
-    if (Status st = check_encoding_supported(t); !st.is_ok()) report.problems.push_back(st.message());
+    if (Status st = check_encoding_supported(t); !st.is_ok())
+      report.problems.push_back(st.message());
   }
   uint64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.size;
-  checkpoint::FileCheck io{engine, nullptr, &report.bytes_checked, progress, total, size_t{32} << 20, nullptr, dir};
+  checkpoint::FileCheck io{
+      engine, nullptr, &report.bytes_checked, progress, total, size_t{32} << 20, nullptr, dir};
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     auto resolved = checkpoint::resolve_manifest_file(dir, f);
@@ -246,7 +253,8 @@ Result<VerifyReport> verify_checkpoint(const std::string& dir, IoEngine& engine,
       report.problems.push_back(f.name + ": " + describe(resolved.status()));
       continue;
     }
-    Status st = checkpoint::check_checkpoint_file(*resolved, m, i, index.tensors_in(i), io, report.problems);
+    Status st = checkpoint::check_checkpoint_file(*resolved, m, i, index.tensors_in(i), io,
+                                                  report.problems);
     if (!st.is_ok()) report.problems.push_back(f.name + ": cannot be read: " + st.to_string());
   }
   return report;

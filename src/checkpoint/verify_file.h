@@ -23,8 +23,8 @@ using ByteSink = std::function<Status(uint64_t offset, const std::byte* data, si
 
 struct FileCheck {
   IoEngine& engine;
-  ByteSink sink;               // optional
-  uint64_t* checked;           // bytes read so far, all files together (updated)
+  ByteSink sink;      // optional
+  uint64_t* checked;  // bytes read so far, all files together (updated)
   std::function<void(uint64_t, uint64_t)> progress;  // optional: (checked, total)
   uint64_t total = 0;
   size_t window_bytes = size_t{32} << 20;  // each of the two read windows in flight

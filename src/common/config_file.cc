@@ -37,8 +37,10 @@ Result<uint64_t> size_field(const Json& v, const std::string& what, const std::s
     if (n.is_ok()) return n;
     return bad(what, "\"" + field + "\": " + n.status().message());
   }
-  return bad(what, "\"" + field + "\" must be a byte count (a non-negative integer or a string "
-                   "such as \"8MiB\"), not " + v.dump());
+  return bad(what, "\"" + field +
+                       "\" must be a byte count (a non-negative integer or a string "
+                       "such as \"8MiB\"), not " +
+                       v.dump());
 }
 
 Result<unsigned> count_field(const Json& v, const std::string& what, const std::string& field) {
@@ -79,9 +81,10 @@ Status apply_engine(const Json& engine, const std::string& what, EngineOptions& 
       FP_ASSIGN_OR_RETURN(uint64_t n, size_field(v, what, field));
       o.direct_io_min_bytes = static_cast<size_t>(n);
     } else {
-      return bad(what, "unknown setting \"" + field + "\" (known: backend, block_size, queue_depth, "
-                       "intra_op_parallelism, single_submit, overlap_events, direct_io, "
-                       "direct_io_min_bytes)");
+      return bad(what, "unknown setting \"" + field +
+                           "\" (known: backend, block_size, queue_depth, "
+                           "intra_op_parallelism, single_submit, overlap_events, direct_io, "
+                           "direct_io_min_bytes)");
     }
   }
   Status st = o.validate();
@@ -98,8 +101,10 @@ Status apply_writer(const Json& writer, const std::string& what, ConfigFile& c) 
     FP_ASSIGN_OR_RETURN(uint64_t n, size_field(v, what, "writer." + key));
     // FastFileWriter's halves are 4096-aligned O_DIRECT buffers.
     if (n < (uint64_t{8} << 10) || n > (uint64_t{64} << 30) || n % 8192 != 0) {
-      return bad(what, "\"writer.io_buffer_bytes\" must be a multiple of 8 KiB in [8 KiB, 64 GiB], "
-                       "got " + std::to_string(n));
+      return bad(what,
+                 "\"writer.io_buffer_bytes\" must be a multiple of 8 KiB in [8 KiB, 64 GiB], "
+                 "got " +
+                     std::to_string(n));
     }
     c.writer_io_buffer_bytes = static_cast<size_t>(n);
   }
@@ -124,12 +129,14 @@ Active& active() {
 }
 
 Result<std::string> read_config_text(const std::string& path, const std::string& what) {
-  Result<std::string> text = read_small_regular_file(path, kMaxConfigFileBytes, Symlinks::kFollow, "configuration file");
+  Result<std::string> text =
+      read_small_regular_file(path, kMaxConfigFileBytes, Symlinks::kFollow, "configuration file");
   if (!text.is_ok()) return bad(what, text.status().to_string());
   return text;
 }
 
-Result<ConfigFile> parse_at(const std::string& path, const std::string& text, const EngineOptions& base) {
+Result<ConfigFile> parse_at(const std::string& path, const std::string& text,
+                            const EngineOptions& base) {
   FP_ASSIGN_OR_RETURN(ConfigFile c, parse_config(text, "configuration " + path, base));
   c.path = path;
   return c;
@@ -137,7 +144,8 @@ Result<ConfigFile> parse_at(const std::string& path, const std::string& text, co
 
 }  // namespace
 
-Result<ConfigFile> parse_config(std::string_view text, const std::string& what, const EngineOptions& base) {
+Result<ConfigFile> parse_config(std::string_view text, const std::string& what,
+                                const EngineOptions& base) {
   bool too_deep = false;
   // A key given twice in one object is refused: nlohmann keeps the last one silently, and a
   // setting that says two things is a mistake to report, not to resolve.
@@ -157,18 +165,22 @@ Result<ConfigFile> parse_config(std::string_view text, const std::string& what, 
       },
       /*allow_exceptions=*/false);
   if (too_deep) return bad(what, "nested deeper than a configuration is");
-  if (!repeated.empty()) return bad(what, "the key \"" + repeated + "\" appears twice in one object");
+  if (!repeated.empty())
+    return bad(what, "the key \"" + repeated + "\" appears twice in one object");
   if (j.is_discarded()) return bad(what, "not valid JSON");
   if (!j.is_object()) return bad(what, "a configuration is a JSON object");
   auto format = j.find("format");
-  if (format == j.end() || !format->is_string() || format->get<std::string>() != kConfigFormatName) {
+  if (format == j.end() || !format->is_string() ||
+      format->get<std::string>() != kConfigFormatName) {
     return bad(what, "not a fastpersist configuration (\"format\" must be \"" +
                          std::string(kConfigFormatName) + "\")");
   }
   auto version = j.find("version");
-  if (version == j.end() || !version->is_number_integer()) return bad(what, "\"version\" must be an integer");
+  if (version == j.end() || !version->is_number_integer())
+    return bad(what, "\"version\" must be an integer");
   if (version->get<int64_t>() != kConfigFormatVersion) {
-    return bad(what, "version " + version->dump() + " is not one this fastpersist reads (it reads " +
+    return bad(what, "version " + version->dump() +
+                         " is not one this fastpersist reads (it reads " +
                          std::to_string(kConfigFormatVersion) + ")");
   }
   ConfigFile c;
@@ -244,7 +256,8 @@ Result<ConfigFile> active_config(const EngineOptions& base) {
   }
   Result<ConfigFile> c = read_config_file(env, base);
   if (!c.is_ok()) {
-    return bad(std::string("environment variable ") + kConfigEnvVariable + "=" + env, c.status().message());
+    return bad(std::string("environment variable ") + kConfigEnvVariable + "=" + env,
+               c.status().message());
   }
   return c;
 }

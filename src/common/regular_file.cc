@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,8 +41,9 @@ Result<UniqueFd> open_or_create_regular_file(const std::string& path, int access
   if (!fd.valid()) {
     int err = errno;
     if (err == ELOOP) {
-      return Status(StatusCode::kDataLoss, what + " is a symbolic link; fastpersist never "
-                                                  "follows one there (remove it)")
+      return Status(StatusCode::kDataLoss, what +
+                                               " is a symbolic link; fastpersist never "
+                                               "follows one there (remove it)")
           .with_path(path);
     }
     return Status::from_errno(err, "cannot open " + what).with_path(path);
@@ -64,20 +64,22 @@ Result<RegularFile> open_regular_file(const std::string& path, Symlinks symlinks
     if (err == ELOOP && symlinks == Symlinks::kRefuse && ::lstat(path.c_str(), &st) == 0 &&
         S_ISLNK(st.st_mode)) {
       return Status(StatusCode::kDataLoss,
-                    what + " is a symbolic link, which a checkpoint never holds (refused: it "
-                           "could lead out of the checkpoint root)")
+                    what +
+                        " is a symbolic link, which a checkpoint never holds (refused: it "
+                        "could lead out of the checkpoint root)")
           .with_path(path);
     }
     return Status::from_errno(err, "cannot open " + what).with_path(path);
   }
-  if (::fstat(f.fd.get(), &f.st) != 0) return Status::from_errno(errno, "fstat failed").with_path(path);
+  if (::fstat(f.fd.get(), &f.st) != 0)
+    return Status::from_errno(errno, "fstat failed").with_path(path);
   if (!S_ISREG(f.st.st_mode)) return not_regular(f.st.st_mode, path, what);
   f.size = static_cast<uint64_t>(f.st.st_size);
   return f;
 }
 
-Result<std::string> read_small_regular_file(const std::string& path, size_t max_bytes, Symlinks symlinks,
-                                            const std::string& what) {
+Result<std::string> read_small_regular_file(const std::string& path, size_t max_bytes,
+                                            Symlinks symlinks, const std::string& what) {
   FP_ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, symlinks, what));
   if (file.size > max_bytes) {
     return Status(StatusCode::kDataLoss, what + " is larger than " + std::to_string(max_bytes) +
@@ -93,10 +95,13 @@ Result<std::string> read_small_regular_file(const std::string& path, size_t max_
   }
   size_t done = 0;
   while (done < out.size()) {
-    ssize_t n = ::pread(file.fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(done));
+    ssize_t n =
+        ::pread(file.fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::from_errno(errno, "read failed").with_path(path).with_range(done, out.size() - done);
+      return Status::from_errno(errno, "read failed")
+          .with_path(path)
+          .with_range(done, out.size() - done);
     }
     if (n == 0) break;  // shrank while reading
     done += static_cast<size_t>(n);

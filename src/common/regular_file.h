@@ -43,8 +43,8 @@ Result<UniqueFd> open_or_create_regular_file(const std::string& path, int access
 
 // The whole content of the small regular file `path` (opened with open_regular_file), of at
 // most `max_bytes`: kDataLoss names the size when it is larger, before anything is allocated.
-Result<std::string> read_small_regular_file(const std::string& path, size_t max_bytes, Symlinks symlinks,
-                                            const std::string& what = "file");
+Result<std::string> read_small_regular_file(const std::string& path, size_t max_bytes,
+                                            Symlinks symlinks, const std::string& what = "file");
 
 // Whether the open file `fd` is a regular file (kDataLoss naming what it is otherwise).
 Status check_regular_file(int fd, const std::string& path, const std::string& what = "file");

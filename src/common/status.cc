@@ -8,16 +8,26 @@ namespace fastpersist {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kIoError: return "io error";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kOutOfRange: return "out of range";
-    case StatusCode::kInternal: return "internal error";
-    case StatusCode::kDataLoss: return "data loss";
-    case StatusCode::kAlreadyExists: return "already exists";
-    case StatusCode::kBusy: return "busy";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kIoError:
+      return "io error";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kOutOfRange:
+      return "out of range";
+    case StatusCode::kInternal:
+      return "internal error";
+    case StatusCode::kDataLoss:
+      return "data loss";
+    case StatusCode::kAlreadyExists:
+      return "already exists";
+    case StatusCode::kBusy:
+      return "busy";
   }
   return "unknown";
 }

@@ -67,8 +67,8 @@ uint16_t float_to_half(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return sign | 0x7e00u;     // NaN: the quiet NaN, sign kept
-  if (x >= 0x477ff000u) return sign | 0x7c00u;    // >= 65520 rounds to infinity
+  if (x > 0x7f800000u) return sign | 0x7e00u;   // NaN: the quiet NaN, sign kept
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
   if (x < 0x38800000u) {
     // Below the smallest normal half: adding 0.5 lines the half's subnormal ulp (2^-24) up
     // with float's ulp at 0.5, so the FPU's own round-to-nearest-even does the rounding.
@@ -182,7 +182,8 @@ Converter find_converter(std::string_view from, std::string_view to) {
     with_type(to, [&](auto to_tag) {
       using To = typename decltype(to_tag)::type;
       // Floats to integers: out-of-range values are undefined in torch (see dtype.h).
-      if constexpr (!(kIsFloat<From> && !kIsFloat<To>) && !kIsFloat8<To>) found = &convert_loop<From, To>;
+      if constexpr (!(kIsFloat<From> && !kIsFloat<To>)&&!kIsFloat8<To>)
+        found = &convert_loop<From, To>;
     });
   });
   return found;

@@ -3,7 +3,6 @@
 // sizes without overflow, and exact reads with plain POSIX calls.
 #pragma once
 
-#include "common/printable.h"
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/printable.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist::format_internal {

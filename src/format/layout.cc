@@ -20,7 +20,10 @@ std::string data_file_name(size_t index, size_t count, std::optional<uint32_t> r
 std::string dcp_objects_file_name(uint32_t rank) {
   char rank_text[16];
   std::snprintf(rank_text, sizeof(rank_text), "%05u", static_cast<unsigned>(rank));
-  return std::string(kDcpObjectsFilePrefix).append(kDataFileRankMarker).append(rank_text).append(kDcpObjectsFileSuffix);
+  return std::string(kDcpObjectsFilePrefix)
+      .append(kDataFileRankMarker)
+      .append(rank_text)
+      .append(kDcpObjectsFileSuffix);
 }
 
 bool is_data_file_name(std::string_view name) {

@@ -115,7 +115,7 @@ std::string encode_manifest(const Manifest& m) {
   // {} is written rather than a manifest that no reader would accept.
   std::string why;
   Json metadata = format_internal::parse_json_strict<Json>(m.metadata_json, &why,
-                                                          format_internal::kMaxJsonDepth - 1)
+                                                           format_internal::kMaxJsonDepth - 1)
                       .value_or(Json::object());
   if (!metadata.is_object()) metadata = Json::object();
   const std::pair<std::string_view, Json> head[] = {
@@ -135,7 +135,8 @@ std::string encode_manifest(const Manifest& m) {
   // One top-level field, file or tensor per line: readable, and diffs of two manifests line up.
   std::string out = "{\n";
   for (const auto& [key, value] : head) out += "  " + dump(Json(key)) + ": " + dump(value) + ",\n";
-  if (m.blocking_seconds) out += "  \"blocking_seconds\": " + dump(Json(*m.blocking_seconds)) + ",\n";
+  if (m.blocking_seconds)
+    out += "  \"blocking_seconds\": " + dump(Json(*m.blocking_seconds)) + ",\n";
   auto list = [&out](std::string_view key, const std::vector<Json>& items, bool last) {
     out += "  \"" + std::string(key) + "\": [";
     for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\n    " : "\n    ") + dump(items[i]);
@@ -188,7 +189,8 @@ Result<Manifest> read_manifest(const std::string& dir) {
                                           " bytes to read the manifest")
         .with_path(path);
   }
-  FP_RETURN_IF_ERROR(format_internal::pread_exact(file.fd.get(), text.data(), text.size(), 0, path));
+  FP_RETURN_IF_ERROR(
+      format_internal::pread_exact(file.fd.get(), text.data(), text.size(), 0, path));
   return decode_manifest(text, path);
 }
 

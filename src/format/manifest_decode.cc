@@ -97,7 +97,8 @@ Status decode_header(const Fields& top, Manifest* m) {
     m->world_size = static_cast<uint32_t>(world);
     if (top.has("blocking_seconds")) {
       FP_ASSIGN_OR_RETURN(const Json* blocking, top.get("blocking_seconds"));
-      if (!blocking->is_number() || !std::isfinite(blocking->get<double>()) || blocking->get<double>() < 0) {
+      if (!blocking->is_number() || !std::isfinite(blocking->get<double>()) ||
+          blocking->get<double>() < 0) {
         return top.error("blocking_seconds", "is not a finite number of seconds >= 0");
       }
       m->blocking_seconds = blocking->get<double>();
@@ -179,11 +180,14 @@ Status decode_tensor_v2(const Fields& f, const Json& entry, ManifestTensor* t) {
                                         " but a raw tensor stores its length, " +
                                         std::to_string(t->length));
   }
-  // The codecs this build decodes (a newer one is refused for reading, not here: it may expand more).
+  // The codecs this build decodes (a newer one is refused for reading, not here: it may expand
+  // more).
   const bool known_codec = compression_of_encoding(t->encoding) || t->encoding == kEncodingXorZstd;
   if (known_codec && !codec_expansion_possible(t->length, t->stored_length)) {
-    return f.error("stored_length", std::to_string(t->stored_length) + " encoded bytes cannot hold the " +
-                                        std::to_string(t->length) + " bytes of the tensor (no codec expands more than " +
+    return f.error("stored_length", std::to_string(t->stored_length) +
+                                        " encoded bytes cannot hold the " +
+                                        std::to_string(t->length) +
+                                        " bytes of the tensor (no codec expands more than " +
                                         std::to_string(kCodecMaxExpansion) + " times)");
   }
   if (entry.contains("xxh3_128")) {
@@ -212,11 +216,10 @@ Status decode_tensor_v2(const Fields& f, const Json& entry, ManifestTensor* t) {
     // offset + extent <= global, written so that it cannot overflow.
     if (t->shard_offsets[d] > t->global_shape[d] ||
         t->shape[d] > t->global_shape[d] - t->shard_offsets[d]) {
-      return f.error("shard_offsets", "place dimension " + std::to_string(d) + " at " +
-                                          std::to_string(t->shard_offsets[d]) + " + " +
-                                          std::to_string(t->shape[d]) +
-                                          ", past the global extent " +
-                                          std::to_string(t->global_shape[d]));
+      return f.error("shard_offsets",
+                     "place dimension " + std::to_string(d) + " at " +
+                         std::to_string(t->shard_offsets[d]) + " + " + std::to_string(t->shape[d]) +
+                         ", past the global extent " + std::to_string(t->global_shape[d]));
     }
   }
   return Status::ok();
@@ -224,8 +227,8 @@ Status decode_tensor_v2(const Fields& f, const Json& entry, ManifestTensor* t) {
 
 // The "xor-zstd" tensor's base (manifest.h, DeltaBase): present exactly for that encoding, in a
 // listed tensors file, one step deep (raw or compressed), of the tensor's raw length.
-Status decode_delta_base(const Fields& f, const Json& entry, const FileIndex& files, const Manifest& m,
-                         ManifestTensor* t) {
+Status decode_delta_base(const Fields& f, const Json& entry, const FileIndex& files,
+                         const Manifest& m, ManifestTensor* t) {
   const bool is_delta = t->encoding == kEncodingXorZstd;
   if (!entry.contains("delta_base")) {
     if (is_delta) return f.error("delta_base", "is missing (encoding \"xor-zstd\" needs it)");
@@ -239,29 +242,34 @@ Status decode_delta_base(const Fields& f, const Json& entry, const FileIndex& fi
   FP_ASSIGN_OR_RETURN(base.file, b.string("file"));
   auto listed = files.find(base.file);
   if (listed == files.end() || m.files[listed->second].role != "tensors") {
-    return b.error("file", "\"" + printable(base.file) + "\" is not listed in 'files' as a tensors file");
+    return b.error("file",
+                   "\"" + printable(base.file) + "\" is not listed in 'files' as a tensors file");
   }
   FP_ASSIGN_OR_RETURN(base.offset, b.u64("offset"));
   FP_ASSIGN_OR_RETURN(base.stored_length, b.u64("stored_length"));
   FP_ASSIGN_OR_RETURN(base.encoding, b.string("encoding"));
   if (!compression_of_encoding(base.encoding)) {
-    return b.error("encoding", "\"" + printable(base.encoding) + "\" is not one a base can have (raw, zstd, lz4)");
+    return b.error("encoding", "\"" + printable(base.encoding) +
+                                   "\" is not one a base can have (raw, zstd, lz4)");
   }
   if (base.encoding == kEncodingRaw && base.stored_length != t->length) {
     return b.error("stored_length", "is " + std::to_string(base.stored_length) +
-                                        " but the raw base of a tensor of " + std::to_string(t->length) +
-                                        " bytes stores that many");
+                                        " but the raw base of a tensor of " +
+                                        std::to_string(t->length) + " bytes stores that many");
   }
   if (!codec_expansion_possible(t->length, base.stored_length)) {
-    return b.error("stored_length", std::to_string(base.stored_length) + " encoded bytes cannot hold the " +
-                                        std::to_string(t->length) + " bytes of the base (no codec expands more than " +
+    return b.error("stored_length", std::to_string(base.stored_length) +
+                                        " encoded bytes cannot hold the " +
+                                        std::to_string(t->length) +
+                                        " bytes of the base (no codec expands more than " +
                                         std::to_string(kCodecMaxExpansion) + " times)");
   }
   const uint64_t size = m.files[listed->second].size;
   if (base.offset > size || base.stored_length > size - base.offset) {
     return b.error("stored_length", std::to_string(base.stored_length) + " with offset " +
                                         std::to_string(base.offset) + " runs past the end of \"" +
-                                        printable(base.file) + "\" (" + std::to_string(size) + " bytes)");
+                                        printable(base.file) + "\" (" + std::to_string(size) +
+                                        " bytes)");
   }
   FP_ASSIGN_OR_RETURN(base.checksum, b.checksum("checksum"));
   t->delta_base = std::move(base);

@@ -78,11 +78,12 @@ Status check_encoding_supported(const ManifestTensor& tensor) {
   if (compression_of_encoding(tensor.encoding).has_value()) return Status::ok();
   // A delta needs its base (decode_manifest refuses one without it).
   if (tensor.encoding == kEncodingXorZstd && tensor.delta_base) return Status::ok();
-  return Status(StatusCode::kUnavailable,
-                "tensor '" + printable(tensor.name) + "': encoding \"" +
-                    printable(tensor.encoding) + "\" is not supported by this fastpersist (it reads: " +
-                    std::string(kEncodingRaw) + ", " + std::string(kEncodingZstd) + ", " +
-                    std::string(kEncodingLz4) + ", " + std::string(kEncodingXorZstd) + "); a newer fastpersist wrote this checkpoint");
+  return Status(
+      StatusCode::kUnavailable,
+      "tensor '" + printable(tensor.name) + "': encoding \"" + printable(tensor.encoding) +
+          "\" is not supported by this fastpersist (it reads: " + std::string(kEncodingRaw) + ", " +
+          std::string(kEncodingZstd) + ", " + std::string(kEncodingLz4) + ", " +
+          std::string(kEncodingXorZstd) + "); a newer fastpersist wrote this checkpoint");
 }
 
 }  // namespace fastpersist

@@ -196,8 +196,8 @@ Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry
 
 Result<std::string> pad_safetensors_header(std::string header, uint64_t bytes) {
   if (header.size() < 8 || header.size() > bytes || bytes - 8 > kSafetensorsMaxHeaderBytes) {
-    return bad_entry("the header takes " + std::to_string(header.size()) + " bytes, more than the " +
-                     std::to_string(bytes) + " reserved for it");
+    return bad_entry("the header takes " + std::to_string(header.size()) +
+                     " bytes, more than the " + std::to_string(bytes) + " reserved for it");
   }
   header.resize(static_cast<size_t>(bytes), ' ');
   store_le64(bytes - 8, header.data());
@@ -264,8 +264,9 @@ Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   if (!file.is_ok()) {
     // Not a plain file is the caller's mistake here (a path a user named), not damage.
     const Status& st = file.status();
-    return st.code() == StatusCode::kDataLoss ? Status(StatusCode::kInvalidArgument, st.message()).with_path(path)
-                                              : st;
+    return st.code() == StatusCode::kDataLoss
+               ? Status(StatusCode::kInvalidArgument, st.message()).with_path(path)
+               : st;
   }
   const UniqueFd& fd = file->fd;
   const uint64_t file_bytes = file->size;

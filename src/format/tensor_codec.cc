@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <type_traits>
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 namespace fastpersist {
 namespace {
@@ -38,7 +38,8 @@ Status damaged(const std::string& what, const std::string& problem) {
 // bits 8j..8j+7 of its integer), in blocks of elements so that each of the W planes is read or
 // written a few cache lines at a time. Written so that the compiler vectorizes both loops.
 template <size_t W>
-using Element = std::conditional_t<W == 2, uint16_t, std::conditional_t<W == 4, uint32_t, uint64_t>>;
+using Element =
+    std::conditional_t<W == 2, uint16_t, std::conditional_t<W == 4, uint32_t, uint64_t>>;
 
 template <size_t W, bool kGroup>
 void transpose(const std::byte* src, size_t count, std::byte* dst) {
@@ -71,9 +72,12 @@ void transpose(const std::byte* src, size_t count, std::byte* dst) {
 
 std::string_view compression_name(Compression c) {
   switch (c) {
-    case Compression::kZstd: return "zstd";
-    case Compression::kLz4: return "lz4";
-    case Compression::kNone: break;
+    case Compression::kZstd:
+      return "zstd";
+    case Compression::kLz4:
+      return "lz4";
+    case Compression::kNone:
+      break;
   }
   return "none";
 }
@@ -134,11 +138,20 @@ void xor_into(std::byte* dst, const std::byte* src, size_t bytes) {
 void group_bytes(const std::byte* src, size_t bytes, size_t width, std::byte* dst) {
   const size_t count = width == 0 ? 0 : bytes / width;
   switch (width) {
-    case 2: transpose<2, true>(src, count, dst); return;
-    case 4: transpose<4, true>(src, count, dst); return;
-    case 8: transpose<8, true>(src, count, dst); return;
-    case 1: std::memcpy(dst, src, bytes); return;
-    default: break;
+    case 2:
+      transpose<2, true>(src, count, dst);
+      return;
+    case 4:
+      transpose<4, true>(src, count, dst);
+      return;
+    case 8:
+      transpose<8, true>(src, count, dst);
+      return;
+    case 1:
+      std::memcpy(dst, src, bytes);
+      return;
+    default:
+      break;
   }
   for (size_t i = 0; i < count; ++i) {
     for (size_t j = 0; j < width; ++j) dst[j * count + i] = src[i * width + j];
@@ -148,11 +161,20 @@ void group_bytes(const std::byte* src, size_t bytes, size_t width, std::byte* ds
 void ungroup_bytes(const std::byte* src, size_t bytes, size_t width, std::byte* dst) {
   const size_t count = width == 0 ? 0 : bytes / width;
   switch (width) {
-    case 2: transpose<2, false>(src, count, dst); return;
-    case 4: transpose<4, false>(src, count, dst); return;
-    case 8: transpose<8, false>(src, count, dst); return;
-    case 1: std::memcpy(dst, src, bytes); return;
-    default: break;
+    case 2:
+      transpose<2, false>(src, count, dst);
+      return;
+    case 4:
+      transpose<4, false>(src, count, dst);
+      return;
+    case 8:
+      transpose<8, false>(src, count, dst);
+      return;
+    case 1:
+      std::memcpy(dst, src, bytes);
+      return;
+    default:
+      break;
   }
   for (size_t i = 0; i < count; ++i) {
     for (size_t j = 0; j < width; ++j) dst[i * width + j] = src[j * count + i];
@@ -211,7 +233,8 @@ ChunkCodec::~ChunkCodec() = default;
 Result<size_t> ChunkCodec::encode(Compression c, int level, size_t width, const std::byte* raw,
                                   size_t raw_bytes, std::byte* out, size_t out_capacity) {
   if (width == 0 || raw_bytes % width != 0) {
-    return Status(StatusCode::kInvalidArgument, "chunk length is not a multiple of the element width");
+    return Status(StatusCode::kInvalidArgument,
+                  "chunk length is not a multiple of the element width");
   }
   const std::byte* input = raw;
   if (width > 1) {
@@ -229,12 +252,14 @@ Result<size_t> ChunkCodec::encode(Compression c, int level, size_t width, const 
     ZSTD_CCtx_setParameter(state_->zc, ZSTD_c_contentSizeFlag, 1);
     size_t n = ZSTD_compress2(state_->zc, out, out_capacity, input, raw_bytes);
     if (ZSTD_isError(n)) {
-      return Status(StatusCode::kInternal, std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+      return Status(StatusCode::kInternal,
+                    std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
     }
     return n;
   }
   if (c == Compression::kLz4) {
-    if (state_->lc == nullptr && LZ4F_isError(LZ4F_createCompressionContext(&state_->lc, LZ4F_VERSION))) {
+    if (state_->lc == nullptr &&
+        LZ4F_isError(LZ4F_createCompressionContext(&state_->lc, LZ4F_VERSION))) {
       state_->lc = nullptr;
       return Status(StatusCode::kIoError, "cannot create an lz4 context (out of memory)", ENOMEM);
     }
@@ -244,7 +269,8 @@ Result<size_t> ChunkCodec::encode(Compression c, int level, size_t width, const 
     size_t parts[3] = {LZ4F_compressBegin(state_->lc, out, out_capacity, &p), 0, 0};
     if (!LZ4F_isError(parts[0])) {
       done = parts[0];
-      parts[1] = LZ4F_compressUpdate(state_->lc, out + done, out_capacity - done, input, raw_bytes, nullptr);
+      parts[1] = LZ4F_compressUpdate(state_->lc, out + done, out_capacity - done, input, raw_bytes,
+                                     nullptr);
     }
     if (!LZ4F_isError(parts[0]) && !LZ4F_isError(parts[1])) {
       done += parts[1];
@@ -252,7 +278,8 @@ Result<size_t> ChunkCodec::encode(Compression c, int level, size_t width, const 
     }
     for (size_t part : parts) {
       if (LZ4F_isError(part)) {
-        return Status(StatusCode::kInternal, std::string("lz4 compression failed: ") + LZ4F_getErrorName(part));
+        return Status(StatusCode::kInternal,
+                      std::string("lz4 compression failed: ") + LZ4F_getErrorName(part));
       }
     }
     return done + parts[2];
@@ -272,7 +299,8 @@ Status ChunkCodec::decode(Compression c, size_t width, const std::byte* frame, s
       return Status(StatusCode::kDataLoss, "the zstd frame does not declare its chunk's size");
     }
     if (ZSTD_findFrameCompressedSize(frame, frame_bytes) != frame_bytes) {
-      return Status(StatusCode::kDataLoss, "the zstd frame does not end where the chunk table says");
+      return Status(StatusCode::kDataLoss,
+                    "the zstd frame does not end where the chunk table says");
     }
     if (state_->zd == nullptr && (state_->zd = ZSTD_createDCtx()) == nullptr) {
       return Status(StatusCode::kIoError, "cannot create a zstd context (out of memory)", ENOMEM);
@@ -281,9 +309,11 @@ Status ChunkCodec::decode(Compression c, size_t width, const std::byte* frame, s
     if (ZSTD_isError(n)) {
       return Status(StatusCode::kDataLoss, std::string("zstd: ") + ZSTD_getErrorName(n));
     }
-    if (n != raw_bytes) return Status(StatusCode::kDataLoss, "the zstd frame decodes to the wrong size");
+    if (n != raw_bytes)
+      return Status(StatusCode::kDataLoss, "the zstd frame decodes to the wrong size");
   } else if (c == Compression::kLz4) {
-    if (state_->ld == nullptr && LZ4F_isError(LZ4F_createDecompressionContext(&state_->ld, LZ4F_VERSION))) {
+    if (state_->ld == nullptr &&
+        LZ4F_isError(LZ4F_createDecompressionContext(&state_->ld, LZ4F_VERSION))) {
       state_->ld = nullptr;
       return Status(StatusCode::kIoError, "cannot create an lz4 context (out of memory)", ENOMEM);
     }
@@ -292,7 +322,8 @@ Status ChunkCodec::decode(Compression c, size_t width, const std::byte* frame, s
     size_t out_done = 0;
     size_t hint = 1;
     while (hint != 0) {
-      if (in_done == frame_bytes) return Status(StatusCode::kDataLoss, "the lz4 frame is truncated");
+      if (in_done == frame_bytes)
+        return Status(StatusCode::kDataLoss, "the lz4 frame is truncated");
       size_t in = frame_bytes - in_done;
       size_t out = raw_bytes - out_done;
       LZ4F_decompressOptions_t o;
@@ -360,7 +391,8 @@ Result<uint64_t> chunk_table_size(const std::byte* trailer, uint64_t stored_leng
   }
   uint64_t n = load_le32(trailer + 4);
   uint64_t bytes = chunk_table_bytes(n);
-  if (bytes > stored_length) return Status(StatusCode::kDataLoss, "the chunk table is longer than the tensor");
+  if (bytes > stored_length)
+    return Status(StatusCode::kDataLoss, "the chunk table is longer than the tensor");
   return bytes;
 }
 
@@ -381,24 +413,27 @@ Result<ChunkTable> parse_chunk_table(const std::byte* table, uint64_t table_byte
   out.width = static_cast<uint8_t>(t[8]);
   if (static_cast<uint8_t>(t[9]) != kCodecTableVersion) {
     return damaged(what, "chunk table version " + std::to_string(static_cast<unsigned>(t[9])) +
-                             " (this fastpersist reads " + std::to_string(kCodecTableVersion) + ")");
+                             " (this fastpersist reads " + std::to_string(kCodecTableVersion) +
+                             ")");
   }
   if (static_cast<uint8_t>(t[10]) != static_cast<uint8_t>(c)) {
     return damaged(what, "the chunk table names another codec than the manifest");
   }
-  if (chunk_table_bytes(n) != table_bytes || load_le32(table + 4) != 4 * n + kChunkTableTrailerBytes) {
+  if (chunk_table_bytes(n) != table_bytes ||
+      load_le32(table + 4) != 4 * n + kChunkTableTrailerBytes) {
     return damaged(what, "the chunk table's size fields disagree");
   }
   if (out.width != width) {
     return damaged(what, "byte grouping width " + std::to_string(out.width) + " for elements of " +
                              std::to_string(width) + " bytes");
   }
-  if (out.chunk_bytes == 0 || out.chunk_bytes > kCodecMaxChunkBytes || out.chunk_bytes % width != 0) {
+  if (out.chunk_bytes == 0 || out.chunk_bytes > kCodecMaxChunkBytes ||
+      out.chunk_bytes % width != 0) {
     return damaged(what, "chunk size " + std::to_string(out.chunk_bytes) + " is not allowed");
   }
   if (n != chunk_count(raw_length, out.chunk_bytes)) {
-    return damaged(what, std::to_string(n) + " chunks for " + std::to_string(raw_length) + " bytes in chunks of " +
-                             std::to_string(out.chunk_bytes));
+    return damaged(what, std::to_string(n) + " chunks for " + std::to_string(raw_length) +
+                             " bytes in chunks of " + std::to_string(out.chunk_bytes));
   }
   out.table_bytes = table_bytes;
   out.frame_offsets.resize(static_cast<size_t>(n) + 1);

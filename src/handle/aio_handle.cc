@@ -24,7 +24,8 @@ Status compare_with_file(const std::byte* expected, size_t bytes, const std::str
   UniqueFd own;
   if (fd < 0) {
     own.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!own.valid()) return Status::from_errno(errno, "validate: cannot reopen file").with_path(path);
+    if (!own.valid())
+      return Status::from_errno(errno, "validate: cannot reopen file").with_path(path);
     fd = own.get();
   }
   std::vector<std::byte> chunk(std::min(bytes, kValidateChunk));
@@ -34,8 +35,10 @@ Status compare_with_file(const std::byte* expected, size_t bytes, const std::str
     ssize_t n = ::pread(fd, chunk.data(), want, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return Status(StatusCode::kIoError, n < 0 ? "validate: re-read failed" : "validate: file is shorter than the buffer",
-                    n < 0 ? errno : 0)
+      return Status(
+                 StatusCode::kIoError,
+                 n < 0 ? "validate: re-read failed" : "validate: file is shorter than the buffer",
+                 n < 0 ? errno : 0)
           .with_path(path.empty() ? "fd " + std::to_string(fd) : path)
           .with_range(offset + done, want);
     }
@@ -113,8 +116,8 @@ Result<int> AioHandle::Impl::start(const IoRequest& request, bool validate, bool
     if (validate) {
       std::lock_guard lock(mu);
       pending_validations.push_back({request.kind == IoKind::kWrite, request.buffer,
-                                     static_cast<size_t>(request.length), request.path,
-                                     request.fd, request.file_offset, ticket});
+                                     static_cast<size_t>(request.length), request.path, request.fd,
+                                     request.file_offset, ticket});
     }
     return 0;
   }
@@ -134,13 +137,13 @@ Result<int> AioHandle::Impl::start(const IoRequest& request, bool validate, bool
 }
 
 // Everything is checked before the request is queued, so a refused call changes nothing.
-Result<int> AioHandle::Impl::start_device(const IoRequest& request, bool validate,
-                                          bool async_op) {
+Result<int> AioHandle::Impl::start_device(const IoRequest& request, bool validate, bool async_op) {
   auto where = [&] { return request.fd >= 0 ? "fd " + std::to_string(request.fd) : request.path; };
   if (validate) {
     return Status(StatusCode::kInvalidArgument,
                   "validate compares the file with the buffer in host memory; the buffer is in "
-                  "the memory of CUDA device " + std::to_string(request.device))
+                  "the memory of CUDA device " +
+                      std::to_string(request.device))
         .with_path(where());
   }
   if (request.truncate && request.fd >= 0) {
@@ -200,8 +203,8 @@ Status AioHandle::Impl::run_validations(std::vector<Validation> checks) {
 }
 
 namespace {
-IoRequest make_request(IoKind kind, const void* buffer, size_t bytes, const std::string& path, int fd,
-                       uint64_t offset, bool truncate = false) {
+IoRequest make_request(IoKind kind, const void* buffer, size_t bytes, const std::string& path,
+                       int fd, uint64_t offset, bool truncate = false) {
   IoRequest r;
   r.kind = kind;
   r.buffer = static_cast<std::byte*>(const_cast<void*>(buffer));
@@ -214,8 +217,8 @@ IoRequest make_request(IoKind kind, const void* buffer, size_t bytes, const std:
 }
 }  // namespace
 
-Result<int> AioHandle::pwrite(const void* buffer, size_t bytes, const std::string& path, bool validate,
-                              bool async_op, uint64_t file_offset, bool truncate) {
+Result<int> AioHandle::pwrite(const void* buffer, size_t bytes, const std::string& path,
+                              bool validate, bool async_op, uint64_t file_offset, bool truncate) {
   return impl_->start(make_request(IoKind::kWrite, buffer, bytes, path, -1, file_offset, truncate),
                       validate, async_op);
 }
@@ -228,22 +231,28 @@ Result<int> AioHandle::sync_pwrite(const void* buffer, size_t bytes, const std::
                                    uint64_t file_offset, bool truncate) {
   return pwrite(buffer, bytes, path, false, false, file_offset, truncate);
 }
-Result<int> AioHandle::sync_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
+Result<int> AioHandle::sync_pread(void* buffer, size_t bytes, const std::string& path,
+                                  uint64_t file_offset) {
   return pread(buffer, bytes, path, false, false, file_offset);
 }
 Result<int> AioHandle::async_pwrite(const void* buffer, size_t bytes, const std::string& path,
                                     uint64_t file_offset, bool truncate) {
   return pwrite(buffer, bytes, path, false, true, file_offset, truncate);
 }
-Result<int> AioHandle::async_pread(void* buffer, size_t bytes, const std::string& path, uint64_t file_offset) {
+Result<int> AioHandle::async_pread(void* buffer, size_t bytes, const std::string& path,
+                                   uint64_t file_offset) {
   return pread(buffer, bytes, path, false, true, file_offset);
 }
-Result<int> AioHandle::async_pwrite_fd(const void* buffer, size_t bytes, int fd, uint64_t file_offset) {
-  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
-  return impl_->start(make_request(IoKind::kWrite, buffer, bytes, "", fd, file_offset), false, true);
+Result<int> AioHandle::async_pwrite_fd(const void* buffer, size_t bytes, int fd,
+                                       uint64_t file_offset) {
+  if (fd < 0)
+    return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  return impl_->start(make_request(IoKind::kWrite, buffer, bytes, "", fd, file_offset), false,
+                      true);
 }
 Result<int> AioHandle::async_pread_fd(void* buffer, size_t bytes, int fd, uint64_t file_offset) {
-  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  if (fd < 0)
+    return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
   return impl_->start(make_request(IoKind::kRead, buffer, bytes, "", fd, file_offset), false, true);
 }
 
@@ -268,11 +277,13 @@ Result<int> AioHandle::pread(const MemorySpan& buffer, const std::string& path, 
                       async_op);
 }
 Result<int> AioHandle::async_pwrite_fd(const MemorySpan& buffer, int fd, uint64_t file_offset) {
-  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  if (fd < 0)
+    return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
   return impl_->start(span_request(IoKind::kWrite, buffer, "", fd, file_offset), false, true);
 }
 Result<int> AioHandle::async_pread_fd(const MemorySpan& buffer, int fd, uint64_t file_offset) {
-  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  if (fd < 0)
+    return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
   return impl_->start(span_request(IoKind::kRead, buffer, "", fd, file_offset), false, true);
 }
 
@@ -286,8 +297,8 @@ Result<std::shared_ptr<PinnedBuffer>> AioHandle::new_cpu_locked_buffer(size_t by
 bool AioHandle::free_cpu_locked_buffer(const void* data) {
   std::lock_guard lock(impl_->mu);
   auto& locked = impl_->locked;
-  auto it = std::find_if(locked.begin(), locked.end(),
-                         [&](const auto& b) { return b->data() == data; });
+  auto it =
+      std::find_if(locked.begin(), locked.end(), [&](const auto& b) { return b->data() == data; });
   if (it == locked.end()) return false;
   locked.erase(it);
   return true;

@@ -30,9 +30,8 @@ Status DeviceRequests::ready(int device) {
   }
   Status st = buffer::device_copy_ready(device);
   if (!st.is_ok()) {
-    st = Status(StatusCode::kUnavailable,
-                "AioHandle cannot move the memory of CUDA device " + std::to_string(device) +
-                    ": " + st.message());
+    st = Status(StatusCode::kUnavailable, "AioHandle cannot move the memory of CUDA device " +
+                                              std::to_string(device) + ": " + st.message());
   }
   std::lock_guard lock(mu_);
   readiness_.emplace(device, st);
@@ -40,7 +39,7 @@ Status DeviceRequests::ready(int device) {
 }
 
 std::shared_ptr<DeviceRequests::Done> DeviceRequests::submit(StagedTransfer transfer,
-                                                              bool collected_by_wait) {
+                                                             bool collected_by_wait) {
   auto done = std::make_shared<Done>();
   {
     std::lock_guard lock(mu_);

@@ -24,16 +24,16 @@ Status check_read_range(const StagedTransfer& t) {
   if (rc != 0) return Status::from_errno(errno, "cannot open file for reading").with_path(name);
   uint64_t end = t.file_offset + t.memory.bytes;
   if (S_ISREG(st.st_mode) && end > static_cast<uint64_t>(st.st_size)) {
-    return Status(StatusCode::kOutOfRange,
-                  "read past the end of the file (the file has " + std::to_string(st.st_size) +
-                      " bytes)")
+    return Status(StatusCode::kOutOfRange, "read past the end of the file (the file has " +
+                                               std::to_string(st.st_size) + " bytes)")
         .with_path(name)
         .with_range(t.file_offset, t.memory.bytes);
   }
   return Status::ok();
 }
 
-IoRequest chunk_request(const StagedTransfer& t, const StagingChunk& c, std::byte* slot, bool first) {
+IoRequest chunk_request(const StagedTransfer& t, const StagingChunk& c, std::byte* slot,
+                        bool first) {
   IoRequest r;
   r.kind = t.kind;
   r.buffer = slot + c.slot_offset;
@@ -49,8 +49,8 @@ Status with_context(const StagedTransfer& t, Status st) {
   if (st.is_ok()) return st;
   return Status(st.code(),
                 "staging " + std::to_string(t.memory.bytes) + " bytes of CUDA device " +
-                    std::to_string(t.memory.device) + " memory through pinned host memory: " +
-                    st.message(),
+                    std::to_string(t.memory.device) +
+                    " memory through pinned host memory: " + st.message(),
                 st.sys_errno())
       .with_path(st.path().empty() ? (t.fd >= 0 ? "fd " + std::to_string(t.fd) : t.path)
                                    : st.path())
@@ -83,7 +83,8 @@ class Pipeline {
       FP_RETURN_IF_ERROR(buffer::start_copy_from_device(dst, t_.memory.data + c.memory_offset,
                                                         c.length, t_.memory.device));
       FP_RETURN_IF_ERROR(buffer::finish_copies(t_.memory.device));
-      FP_ASSIGN_OR_RETURN(tickets_[s], engine_.start(chunk_request(t_, c, slots_[s]->data(), k == 0)));
+      FP_ASSIGN_OR_RETURN(tickets_[s],
+                          engine_.start(chunk_request(t_, c, slots_[s]->data(), k == 0)));
     }
     return Status::ok();
   }

@@ -35,12 +35,14 @@ std::string read_driver_mode(const io::CuFileLibrary& lib) {
 Status select_device(int device) {
   const buffer::CudaRuntime& rt = buffer::cuda_runtime();
   if (!rt.available) {
-    return Status(StatusCode::kUnavailable, "the CUDA runtime is not available (" + rt.reason + ")");
+    return Status(StatusCode::kUnavailable,
+                  "the CUDA runtime is not available (" + rt.reason + ")");
   }
   if (int rc = rt.set_device(device); rc != buffer::kCudaSuccess) {
     const char* text = rt.get_error_string(rc);
-    return Status(StatusCode::kUnavailable, "cudaSetDevice(" + std::to_string(device) +
-                                                ") failed: " + (text != nullptr ? text : "CUDA error"));
+    return Status(StatusCode::kUnavailable,
+                  "cudaSetDevice(" + std::to_string(device) +
+                      ") failed: " + (text != nullptr ? text : "CUDA error"));
   }
   return Status::ok();
 }
@@ -51,7 +53,8 @@ Status open_cufile_driver() {
   driver_tried = true;
   const io::CuFileLibrary& lib = io::cufile_library();
   if (!lib.available) {
-    driver_status = Status(StatusCode::kUnavailable, "cuFile is not available (" + lib.reason + ")");
+    driver_status =
+        Status(StatusCode::kUnavailable, "cuFile is not available (" + lib.reason + ")");
     return driver_status;
   }
   io::CuFileError e = lib.driver_open();

@@ -51,7 +51,8 @@ struct GdsHandle::Impl {
       return Status(StatusCode::kInvalidArgument, "expected CUDA device memory, got host memory");
     }
     if (m.device < 0) {
-      return Status(StatusCode::kInvalidArgument, "invalid CUDA device " + std::to_string(m.device));
+      return Status(StatusCode::kInvalidArgument,
+                    "invalid CUDA device " + std::to_string(m.device));
     }
     FP_RETURN_IF_ERROR(gds_info().status());
     return device->ready(m.device);
@@ -62,7 +63,8 @@ struct GdsHandle::Impl {
     if (validate) {
       return Status(StatusCode::kInvalidArgument,
                     "validate compares the file with the buffer in host memory; the buffer is in "
-                    "the memory of CUDA device " + std::to_string(t.memory.device));
+                    "the memory of CUDA device " +
+                        std::to_string(t.memory.device));
     }
     if (t.file_offset > UINT64_MAX - t.memory.bytes ||
         t.file_offset + t.memory.bytes > uint64_t{INT64_MAX}) {
@@ -150,13 +152,15 @@ Result<int> GdsHandle::pread(const MemorySpan& buffer, const std::string& path, 
 }
 
 Result<int> GdsHandle::async_pwrite_fd(const MemorySpan& buffer, int fd, uint64_t file_offset) {
-  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  if (fd < 0)
+    return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
   if (!buffer.on_device()) return impl_->host->async_pwrite_fd(buffer, fd, file_offset);
   return impl_->start(transfer(IoKind::kWrite, buffer, "", fd, file_offset, false), false, true);
 }
 
 Result<int> GdsHandle::async_pread_fd(const MemorySpan& buffer, int fd, uint64_t file_offset) {
-  if (fd < 0) return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
+  if (fd < 0)
+    return Status(StatusCode::kInvalidArgument, "invalid file descriptor " + std::to_string(fd));
   if (!buffer.on_device()) return impl_->host->async_pread_fd(buffer, fd, file_offset);
   return impl_->start(transfer(IoKind::kRead, buffer, "", fd, file_offset, false), false, true);
 }

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // GdsRequests' registry of device buffers pinned with cuFileBufRegister (gds_requests.h).
-#include "handle/gds_requests.h"
-
 #include <utility>
 #include <vector>
 
+#include "handle/gds_requests.h"
 #include "io/cufile_library.h"
 
 namespace fastpersist::handle {
@@ -45,7 +44,8 @@ Result<bool> GdsRequests::unpin(const MemorySpan& memory) {
   Status st = run_on_device(device, [&] {
     io::CuFileError e = io::cufile_library().buf_deregister(memory.data);
     if (e.err != io::kCuFileSuccess) {
-      return Status(StatusCode::kIoError, "cuFileBufDeregister failed: " + io::cufile_error_text(e));
+      return Status(StatusCode::kIoError,
+                    "cuFileBufDeregister failed: " + io::cufile_error_text(e));
     }
     return Status::ok();
   });

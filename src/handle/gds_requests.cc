@@ -57,8 +57,9 @@ Status ensure_registered(GdsRequests::Request& r) {
   descr.handle.fd = r.fd;
   io::CuFileError e = lib.handle_register(&r.cufile, &descr);
   if (e.err != io::kCuFileSuccess) {
-    r.setup = Status(StatusCode::kIoError, "cuFileHandleRegister failed: " + io::cufile_error_text(e))
-                  .with_path(describe(r.t));
+    r.setup =
+        Status(StatusCode::kIoError, "cuFileHandleRegister failed: " + io::cufile_error_text(e))
+            .with_path(describe(r.t));
   } else {
     r.registered = true;
   }
@@ -79,17 +80,18 @@ Status move_bytes(GdsRequests::Request& r, uint64_t file_offset, uint64_t length
                       : lib.read(r.cufile, const_cast<std::byte*>(r.base), want, file_at, buf_at);
     int saved = errno;
     if (n < 0) {
-      std::string what = std::string(write ? "cuFileWrite" : "cuFileRead") + " failed: " +
-                         io::cufile_result_text(n, saved);
+      std::string what = std::string(write ? "cuFileWrite" : "cuFileRead") +
+                         " failed: " + io::cufile_result_text(n, saved);
       Status st = n == -1 && saved != 0 ? Status::from_errno(saved, what)
                                         : Status(StatusCode::kIoError, what);
       return std::move(st).with_path(describe(r.t)).with_range(file_offset + done, want);
     }
     if (n == 0) {
-      Status st = write ? Status(StatusCode::kIoError, "cuFileWrite made no progress (0 bytes)", EIO)
-                        : Status(StatusCode::kOutOfRange,
-                                 "unexpected end of file: the file is shorter than when the "
-                                 "request started");
+      Status st = write
+                      ? Status(StatusCode::kIoError, "cuFileWrite made no progress (0 bytes)", EIO)
+                      : Status(StatusCode::kOutOfRange,
+                               "unexpected end of file: the file is shorter than when the "
+                               "request started");
       return std::move(st).with_path(describe(r.t)).with_range(file_offset + done, want);
     }
     done += static_cast<uint64_t>(std::min<ssize_t>(n, static_cast<ssize_t>(want)));
@@ -169,9 +171,8 @@ Status GdsRequests::ready(int device) {
   }
   Status st = run_on_device(device, [] { return Status::ok(); });
   if (!st.is_ok()) {
-    st = Status(StatusCode::kUnavailable,
-                "GdsHandle cannot move the memory of CUDA device " + std::to_string(device) +
-                    ": " + st.message());
+    st = Status(StatusCode::kUnavailable, "GdsHandle cannot move the memory of CUDA device " +
+                                              std::to_string(device) + ": " + st.message());
   }
   std::lock_guard lock(mu_);
   readiness_.emplace(device, st);
@@ -198,8 +199,8 @@ Result<std::shared_ptr<GdsRequests::Request>> GdsRequests::submit(GdsTransfer tr
     }
     if (fd == -1) fd = ::open(t.path.c_str(), flags, 0644);
     if (fd < 0) {
-      return Status::from_errno(errno, std::string("cannot open file for ") +
-                                           (write ? "writing" : "reading"))
+      return Status::from_errno(
+                 errno, std::string("cannot open file for ") + (write ? "writing" : "reading"))
           .with_path(t.path);
     }
     r->own_fd.reset(fd);
@@ -207,7 +208,8 @@ Result<std::shared_ptr<GdsRequests::Request>> GdsRequests::submit(GdsTransfer tr
   }
   if (!write) {
     struct stat st {};
-    if (::fstat(r->fd, &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(describe(t));
+    if (::fstat(r->fd, &st) != 0)
+      return Status::from_errno(errno, "fstat failed").with_path(describe(t));
     uint64_t end = t.file_offset + t.memory.bytes;
     if (S_ISREG(st.st_mode) && end > static_cast<uint64_t>(st.st_size)) {
       return Status(StatusCode::kOutOfRange, "read past the end of the file (the file has " +

@@ -82,7 +82,8 @@ class AioBackend final : public IoBackend {
       if (rc < 0) return Status::from_errno(-rc, "io_getevents");
       for (int i = 0; i < rc; ++i) {
         const io_event& ev = events_[static_cast<size_t>(i)];
-        out[static_cast<size_t>(i)].tag = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ev.obj->data));
+        out[static_cast<size_t>(i)].tag =
+            static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ev.obj->data));
         // res is unsigned long: a negative errno shows up as a huge value.
         out[static_cast<size_t>(i)].result = static_cast<int64_t>(static_cast<long>(ev.res));
         free_.push_back(ev.obj);

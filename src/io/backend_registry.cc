@@ -9,10 +9,14 @@ namespace fastpersist {
 
 BackendProbe probe_backend(Backend backend) {
   switch (backend) {
-    case Backend::kIoUring: return probe_all_backends()[0];
-    case Backend::kLibaio: return probe_all_backends()[1];
-    case Backend::kThreads: return probe_all_backends()[2];
-    case Backend::kAuto: break;
+    case Backend::kIoUring:
+      return probe_all_backends()[0];
+    case Backend::kLibaio:
+      return probe_all_backends()[1];
+    case Backend::kThreads:
+      return probe_all_backends()[2];
+    case Backend::kAuto:
+      break;
   }
   std::string why;
   Result<Backend> chosen = resolve_backend(Backend::kAuto, &why);
@@ -61,10 +65,14 @@ Result<Backend> resolve_backend(Backend requested, std::string* why) {
 Result<BackendFactory> backend_factory(Backend backend) {
   FP_ASSIGN_OR_RETURN(Backend resolved, resolve_backend(backend));
   switch (resolved) {
-    case Backend::kIoUring: return BackendFactory(io::make_uring_backend);
-    case Backend::kLibaio: return BackendFactory(io::make_aio_backend);
-    case Backend::kThreads: return BackendFactory(io::make_thread_pool_backend);
-    case Backend::kAuto: break;
+    case Backend::kIoUring:
+      return BackendFactory(io::make_uring_backend);
+    case Backend::kLibaio:
+      return BackendFactory(io::make_aio_backend);
+    case Backend::kThreads:
+      return BackendFactory(io::make_thread_pool_backend);
+    case Backend::kAuto:
+      break;
   }
   return Status(StatusCode::kInternal, "backend did not resolve");
 }

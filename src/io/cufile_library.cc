@@ -37,8 +37,8 @@ bool bind_symbols(void* lib, CuFileLibrary& out, std::string* missing) {
   out.buf_register =
       reinterpret_cast<CuFileError (*)(const void*, size_t, int)>(sym("cuFileBufRegister"));
   out.buf_deregister = reinterpret_cast<CuFileError (*)(const void*)>(sym("cuFileBufDeregister"));
-  out.read = reinterpret_cast<ssize_t (*)(CuFileHandle, void*, size_t, off_t, off_t)>(
-      sym("cuFileRead"));
+  out.read =
+      reinterpret_cast<ssize_t (*)(CuFileHandle, void*, size_t, off_t, off_t)>(sym("cuFileRead"));
   out.write = reinterpret_cast<ssize_t (*)(CuFileHandle, const void*, size_t, off_t, off_t)>(
       sym("cuFileWrite"));
   if (!missing->empty()) return false;
@@ -65,7 +65,8 @@ CuFileLibrary load_cufile_library() {
   }
   // A copy already in the process comes first: a second one could disagree with the CUDA
   // driver state the first already set up.
-  for (const char* name : {"libcufile.so.0", "libcufile.so"}) attempts.emplace_back(name, RTLD_NOLOAD);
+  for (const char* name : {"libcufile.so.0", "libcufile.so"})
+    attempts.emplace_back(name, RTLD_NOLOAD);
   for (const char* name : {"libcufile.so.0", "libcufile.so"}) attempts.emplace_back(name, 0);
 
   std::string errors;
@@ -93,8 +94,10 @@ CuFileLibrary load_cufile_library() {
     found.library = name;
     return found;  // stays loaded for the life of the process
   }
-  lib.reason = "libcufile not found by dlopen (install the nvidia-cufile wheel or the GPUDirect "
-               "Storage package, or set FASTPERSIST_CUFILE_LIBRARY): " + errors;
+  lib.reason =
+      "libcufile not found by dlopen (install the nvidia-cufile wheel or the GPUDirect "
+      "Storage package, or set FASTPERSIST_CUFILE_LIBRARY): " +
+      errors;
   return lib;
 }
 
@@ -123,12 +126,13 @@ GdsDriverInfo probe_gds_driver(const std::string& proc_root) {
     std::getline(version, info.nvidia_fs_version);
   }
   const char* force = std::getenv("CUFILE_FORCE_COMPAT_MODE");
-  info.forced_compat_mode = force != nullptr && (std::string_view(force) == "true" ||
-                                                 std::string_view(force) == "1");
+  info.forced_compat_mode =
+      force != nullptr && (std::string_view(force) == "true" || std::string_view(force) == "1");
   if (info.forced_compat_mode) {
     info.compat_mode = true;
-    info.mode = "compatibility mode: CUFILE_FORCE_COMPAT_MODE is set, so cuFile moves data "
-                "through host memory with POSIX I/O";
+    info.mode =
+        "compatibility mode: CUFILE_FORCE_COMPAT_MODE is set, so cuFile moves data "
+        "through host memory with POSIX I/O";
   } else if (!info.nvidia_fs_loaded) {
     info.compat_mode = true;
     info.mode = "compatibility mode: the nvidia-fs kernel driver is not loaded (no " + dir +

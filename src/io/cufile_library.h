@@ -25,8 +25,8 @@ namespace fastpersist::io {
 using CuFileHandle = void*;  // CUfileHandle_t
 
 struct CuFileError {  // CUfileError_t
-  int err = 0;         // CUfileOpError: 0 success, 5000+ cuFile's own codes
-  int cu_err = 0;      // CUresult of the CUDA driver, when err says it failed
+  int err = 0;        // CUfileOpError: 0 success, 5000+ cuFile's own codes
+  int cu_err = 0;     // CUresult of the CUDA driver, when err says it failed
 };
 
 struct CuFileDescr {  // CUfileDescr_t
@@ -76,8 +76,8 @@ std::string cufile_result_text(ssize_t result, int saved_errno);
 // cuFile will run in compatibility mode (data moved through host memory with POSIX I/O, correct
 // but no faster than AioHandle's staging).
 struct GdsDriverInfo {
-  bool nvidia_fs_loaded = false;  // /proc/driver/nvidia-fs exists
-  std::string nvidia_fs_version;  // first line of /proc/driver/nvidia-fs/version, if readable
+  bool nvidia_fs_loaded = false;    // /proc/driver/nvidia-fs exists
+  std::string nvidia_fs_version;    // first line of /proc/driver/nvidia-fs/version, if readable
   bool forced_compat_mode = false;  // CUFILE_FORCE_COMPAT_MODE=true in the environment
   bool compat_mode = false;         // what cuFile will most likely do (see `mode`)
   std::string mode;                 // one sentence: "GPUDirect ..." or "compatibility mode: why"

@@ -56,7 +56,8 @@ Result<std::unique_ptr<IoEngine>> IoEngine::create(const EngineOptions& options)
   FP_ASSIGN_OR_RETURN(BackendFactory factory, backend_factory(backend));
   EngineOptions resolved = options;
   resolved.backend = backend;
-  FP_ASSIGN_OR_RETURN(auto engine, create(resolved, std::move(factory), std::string(fastpersist::backend_name(backend))));
+  FP_ASSIGN_OR_RETURN(auto engine, create(resolved, std::move(factory),
+                                          std::string(fastpersist::backend_name(backend))));
   engine->impl_->backend_reason = why;
   return engine;
 }
@@ -70,7 +71,8 @@ Result<std::unique_ptr<IoEngine>> IoEngine::create(const EngineOptions& options,
   impl->backend_reason = impl->backend_name + " supplied by the caller";
   for (unsigned i = 0; i < options.intra_op_parallelism; ++i) {
     FP_ASSIGN_OR_RETURN(auto backend, factory(options.queue_depth));
-    impl->workers.push_back(std::make_unique<io::IoWorker>(std::move(backend), options, impl->counters));
+    impl->workers.push_back(
+        std::make_unique<io::IoWorker>(std::move(backend), options, impl->counters));
   }
   return std::unique_ptr<IoEngine>(new IoEngine(std::move(impl)));
 }
@@ -97,7 +99,8 @@ Result<IoTicket> IoEngine::Impl::start(const IoRequest& r) {
         .with_range(r.file_offset, r.length);
   }
   if (r.buffer == nullptr && r.length > 0) {
-    return Status(StatusCode::kInvalidArgument, "buffer is null but length is " + std::to_string(r.length));
+    return Status(StatusCode::kInvalidArgument,
+                  "buffer is null but length is " + std::to_string(r.length));
   }
   if (r.file_offset > UINT64_MAX - r.length || r.file_offset + r.length > uint64_t{INT64_MAX}) {
     return Status(StatusCode::kInvalidArgument, "file offset + length overflows");

@@ -20,11 +20,12 @@ constexpr uint64_t kBounceAlignment = 4096;
 class BouncePool {
  public:
   BouncePool(uint64_t block_size, unsigned capacity)
-      : slot_bytes_(align_up(std::max<uint64_t>(block_size, kMinBounceSlotBytes), kBounceAlignment)),
+      : slot_bytes_(
+            align_up(std::max<uint64_t>(block_size, kMinBounceSlotBytes), kBounceAlignment)),
         // At least two slots so copying overlaps I/O, but never more than the queue can use;
         // not std::clamp: with a queue depth of 1 its bounds would be reversed (undefined).
-        max_slots_(static_cast<unsigned>(
-            std::min<uint64_t>(std::max<uint64_t>(kBounceBudgetBytes / slot_bytes_, 2), capacity))) {}
+        max_slots_(static_cast<unsigned>(std::min<uint64_t>(
+            std::max<uint64_t>(kBounceBudgetBytes / slot_bytes_, 2), capacity))) {}
   ~BouncePool() {
     for (std::byte* p : all_) std::free(p);
   }
@@ -69,11 +70,11 @@ struct IoWorker::Active {
 
 struct IoWorker::Inflight {
   Active* slice = nullptr;
-  IoOp op;                     // what is (re)submitted: the not-yet-transferred rest
-  uint64_t file_offset = 0;    // the whole operation
+  IoOp op;                   // what is (re)submitted: the not-yet-transferred rest
+  uint64_t file_offset = 0;  // the whole operation
   uint64_t length = 0;
-  std::byte* user = nullptr;   // where the bytes live in the caller's buffer
-  std::byte* bounce = nullptr; // aligned scratch copy, or nullptr
+  std::byte* user = nullptr;    // where the bytes live in the caller's buffer
+  std::byte* bounce = nullptr;  // aligned scratch copy, or nullptr
   uint64_t done = 0;
 };
 
@@ -127,7 +128,8 @@ class IoWorker::Loop {
         bool bounced = seg.kind == SegmentKind::kDirectBounce;
         uint64_t chunk = w_.options_.block_size;
         if (direct) chunk = std::max(file.split_alignment, align_down(chunk, file.split_alignment));
-        if (bounced) chunk = std::min(chunk, align_down(bounce_.slot_bytes(), file.split_alignment));
+        if (bounced)
+          chunk = std::min(chunk, align_down(bounce_.slot_bytes(), file.split_alignment));
         if (chunk == 0) {  // alignment larger than a bounce slot: go through the page cache
           direct = bounced = false;
           chunk = w_.options_.block_size;
@@ -138,7 +140,8 @@ class IoWorker::Loop {
           scratch = bounce_.acquire();
           if (scratch == nullptr) {
             if (!bounce_.any_in_use()) {  // not even one slot: out of memory
-              a->error = Status(StatusCode::kIoError, "cannot allocate aligned bounce memory", ENOMEM);
+              a->error =
+                  Status(StatusCode::kIoError, "cannot allocate aligned bounce memory", ENOMEM);
               continue;
             }
             return;  // wait for a completion to return a slot
@@ -155,7 +158,11 @@ class IoWorker::Loop {
         f.done = 0;
         if (scratch != nullptr && a->task.is_write) std::memcpy(scratch, f.user, len);
         f.op = IoOp{direct ? file.direct_fd.get() : file.buffered_fd.get(),
-                    scratch != nullptr ? scratch : f.user, len, f.file_offset, a->task.is_write, tag};
+                    scratch != nullptr ? scratch : f.user,
+                    len,
+                    f.file_offset,
+                    a->task.is_write,
+                    tag};
         batch_.push_back(f.op);
         ++a->outstanding;
         a->segment_pos += len;
@@ -213,18 +220,20 @@ class IoWorker::Loop {
     const bool write = a.task.is_write;
     const uint64_t want = f.length - f.done;
     if (res < 0) {
-      fail_op(tag, Status::from_errno(static_cast<int>(-res), write ? "write failed" : "read failed")
-                       .with_path(file.path)
-                       .with_range(f.file_offset + f.done, want));
+      fail_op(tag,
+              Status::from_errno(static_cast<int>(-res), write ? "write failed" : "read failed")
+                  .with_path(file.path)
+                  .with_range(f.file_offset + f.done, want));
       return;
     }
     auto got = static_cast<uint64_t>(res);
     if (got == 0 || got > want) {
-      Status st = got > want ? Status(StatusCode::kInternal, "the kernel reported more bytes than asked")
-                  : write    ? Status(StatusCode::kIoError, "write made no progress (0 bytes written)", EIO)
-                             : Status(StatusCode::kOutOfRange,
-                                      "unexpected end of file: the file is shorter than when the "
-                                      "request started");
+      Status st =
+          got > want ? Status(StatusCode::kInternal, "the kernel reported more bytes than asked")
+          : write    ? Status(StatusCode::kIoError, "write made no progress (0 bytes written)", EIO)
+                     : Status(StatusCode::kOutOfRange,
+                              "unexpected end of file: the file is shorter than when the "
+                                 "request started");
       fail_op(tag, std::move(st).with_path(file.path).with_range(f.file_offset + f.done, want));
       return;
     }

@@ -24,7 +24,8 @@ constexpr uint32_t kFallbackAlignment = 4096;
 
 uint32_t sysfs_logical_block_size(dev_t dev) {
   // A partition has no queue/ of its own; its parent disk does.
-  std::string base = "/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+  std::string base =
+      "/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
   for (const char* rel : {"/queue/logical_block_size", "/../queue/logical_block_size"}) {
     std::ifstream in(base + rel);
     uint32_t value = 0;
@@ -38,7 +39,8 @@ std::string describe(const IoRequest& r) {
 }
 
 Status open_error(int err, const IoRequest& r, const char* what) {
-  return Status::from_errno(err, std::string("cannot open file for ") + what).with_path(describe(r));
+  return Status::from_errno(err, std::string("cannot open file for ") + what)
+      .with_path(describe(r));
 }
 
 // Reopens a caller's descriptor through /proc so we get our own file description with our
@@ -61,7 +63,8 @@ FileIoMode direct_io_alignment(int fd) {
   }
   struct stat st {};
   uint32_t lbs = 0;
-  if (::fstat(fd, &st) == 0) lbs = sysfs_logical_block_size(S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev);
+  if (::fstat(fd, &st) == 0)
+    lbs = sysfs_logical_block_size(S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev);
   mode.offset_alignment = lbs != 0 ? lbs : kFallbackAlignment;
   mode.memory_alignment = mode.offset_alignment;
   return mode;
@@ -80,7 +83,8 @@ Result<std::shared_ptr<OpenFile>> open_for_request(const IoRequest& r, bool want
     int acc = fl & O_ACCMODE;
     if ((write && acc == O_RDONLY) || (!write && acc == O_WRONLY)) {
       return Status(StatusCode::kInvalidArgument,
-                    std::string("file descriptor is not open for ") + what).with_path(file->path);
+                    std::string("file descriptor is not open for ") + what)
+          .with_path(file->path);
     }
     int fd = reopen_fd(r.fd, access);
     if (fd < 0) fd = (fl & (O_DIRECT | O_APPEND)) ? -1 : ::fcntl(r.fd, F_DUPFD_CLOEXEC, 0);
@@ -165,7 +169,8 @@ Result<FileIoMode> probe_file_io_impl(const std::string& path) {
       tmp = ::mkstemp(name.data());
       if (tmp >= 0) ::unlink(name.c_str());
     }
-    if (tmp < 0) return Status::from_errno(errno, "cannot create a probe file in the folder").with_path(path);
+    if (tmp < 0)
+      return Status::from_errno(errno, "cannot create a probe file in the folder").with_path(path);
     fd.reset(tmp);
   } else {
     int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -176,8 +181,9 @@ Result<FileIoMode> probe_file_io_impl(const std::string& path) {
   int dfd = reopen_fd(fd.get(), O_RDONLY | O_DIRECT);
   if (dfd < 0) {
     mode.direct = false;
-    mode.fallback_reason = errno == EINVAL ? "the filesystem refuses O_DIRECT (EINVAL)"
-                                           : std::string("O_DIRECT open failed: ") + std::strerror(errno);
+    mode.fallback_reason = errno == EINVAL
+                               ? "the filesystem refuses O_DIRECT (EINVAL)"
+                               : std::string("O_DIRECT open failed: ") + std::strerror(errno);
     return mode;
   }
   UniqueFd direct(dfd);

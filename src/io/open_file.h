@@ -13,9 +13,9 @@
 namespace fastpersist::io {
 
 struct OpenFile {
-  std::string path;       // for error messages ("fd 7" for a caller's descriptor)
-  UniqueFd direct_fd;     // invalid when O_DIRECT is not used for this file
-  UniqueFd buffered_fd;   // always valid
+  std::string path;      // for error messages ("fd 7" for a caller's descriptor)
+  UniqueFd direct_fd;    // invalid when O_DIRECT is not used for this file
+  UniqueFd buffered_fd;  // always valid
   FileIoMode mode;
   // Offsets and lengths at which the transfer is split between buffered and direct parts. At
   // least the page size and the filesystem block, so buffered and direct I/O never share a page.
@@ -23,8 +23,8 @@ struct OpenFile {
 };
 
 // Opens the file a request names (by path or the caller's fd), applying the engine's rules:
-// a write by path truncates only when the request asks for it; O_DIRECT is attempted when `want_direct`, with fallback;
-// reads past the end of the file are rejected here.
+// a write by path truncates only when the request asks for it; O_DIRECT is attempted when
+// `want_direct`, with fallback; reads past the end of the file are rejected here.
 Result<std::shared_ptr<OpenFile>> open_for_request(const IoRequest& request, bool want_direct);
 
 // O_DIRECT alignment requirements of an open file (statx STATX_DIOALIGN, else the block

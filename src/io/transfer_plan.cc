@@ -39,13 +39,17 @@ std::vector<Segment> plan_segments(const Slice& s, const SegmentRules& rules) {
     out.push_back({SegmentKind::kBuffered, s.file_offset, s.length, s.buffer_offset});
     return out;
   }
-  auto buffer_offset_of = [&](uint64_t file_off) { return s.buffer_offset + (file_off - s.file_offset); };
+  auto buffer_offset_of = [&](uint64_t file_off) {
+    return s.buffer_offset + (file_off - s.file_offset);
+  };
   if (body_start > s.file_offset) {
-    out.push_back({SegmentKind::kBuffered, s.file_offset, body_start - s.file_offset, s.buffer_offset});
+    out.push_back(
+        {SegmentKind::kBuffered, s.file_offset, body_start - s.file_offset, s.buffer_offset});
   }
   uint64_t body_address = rules.buffer_address + buffer_offset_of(body_start);
-  SegmentKind body_kind = is_aligned(body_address, rules.memory_alignment) ? SegmentKind::kDirect
-                                                                           : SegmentKind::kDirectBounce;
+  SegmentKind body_kind = is_aligned(body_address, rules.memory_alignment)
+                              ? SegmentKind::kDirect
+                              : SegmentKind::kDirectBounce;
   out.push_back({body_kind, body_start, body_end - body_start, buffer_offset_of(body_start)});
   if (end > body_end) {
     out.push_back({SegmentKind::kBuffered, body_end, end - body_end, buffer_offset_of(body_end)});

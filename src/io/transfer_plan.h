@@ -31,8 +31,8 @@ struct Segment {
 };
 
 struct SegmentRules {
-  bool direct = false;           // the file has an O_DIRECT descriptor
-  uint64_t min_direct_bytes = 0; // smaller slices go buffered
+  bool direct = false;            // the file has an O_DIRECT descriptor
+  uint64_t min_direct_bytes = 0;  // smaller slices go buffered
   uint64_t split_alignment = 4096;
   uint64_t memory_alignment = 512;
   uintptr_t buffer_address = 0;  // address of the request's buffer (for the memory check)

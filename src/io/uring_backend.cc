@@ -27,7 +27,8 @@ class UringBackend final : public IoBackend {
     unsigned entries = 1;
     while (entries < capacity_) entries <<= 1;
     int rc = io_uring_queue_init(entries, &ring_, 0);
-    if (rc < 0) return Status::from_errno(-rc, "io_uring_queue_init(" + std::to_string(entries) + ")");
+    if (rc < 0)
+      return Status::from_errno(-rc, "io_uring_queue_init(" + std::to_string(entries) + ")");
     initialized_ = true;
     return Status::ok();
   }
@@ -107,7 +108,8 @@ BackendProbe probe_uring() {
     } else if (err == EPERM || err == EACCES) {
       p.reason = std::string("io_uring is refused by this process (") + std::strerror(err) +
                  "): the kernel.io_uring_disabled sysctl, a seccomp filter or a container policy";
-      p.fix = "set sysctl kernel.io_uring_disabled=0 or allow io_uring_setup in the seccomp profile";
+      p.fix =
+          "set sysctl kernel.io_uring_disabled=0 or allow io_uring_setup in the seccomp profile";
     } else {
       p.reason = std::string("io_uring_queue_init failed: ") + std::strerror(err);
       p.fix = err == ENOMEM ? "raise the memlock limit (ulimit -l)" : "";

@@ -28,7 +28,8 @@ namespace {
 // Staging halves, stripes and zero-copy runs are cut at this granularity, which every O_DIRECT
 // alignment we meet divides (logical blocks of 512 or 4096 bytes, 4 KiB pages).
 constexpr uint64_t kStreamAlignment = 4096;
-// The first preallocation step; later ones double, up to FastFileWriterOptions::preallocate_max_bytes.
+// The first preallocation step; later ones double, up to
+// FastFileWriterOptions::preallocate_max_bytes.
 constexpr uint64_t kMinPreallocateStep = uint64_t{256} << 20;
 
 using Clock = std::chrono::steady_clock;
@@ -42,7 +43,8 @@ double seconds_since(Clock::time_point t) {
 // but this pointer.
 class FastFileWriter::Impl {
  public:
-  Impl(std::string path, FastFileWriterOptions options) : path_(std::move(path)), options_(options) {}
+  Impl(std::string path, FastFileWriterOptions options)
+      : path_(std::move(path)), options_(options) {}
 
   Status write(const void* data, size_t bytes);
   Status close();
@@ -77,10 +79,10 @@ class FastFileWriter::Impl {
   bool file_committed_ = false;
   Status error_;
   FastFileWriterStats stats_;
-  uint64_t pos_ = 0;         // stream offset of the next byte
-  int cur_ = 0;              // staging half being filled
-  uint64_t cur_start_ = 0;   // file offset of its first byte
-  size_t fill_ = 0;          // bytes in it
+  uint64_t pos_ = 0;        // stream offset of the next byte
+  int cur_ = 0;             // staging half being filled
+  uint64_t cur_start_ = 0;  // file offset of its first byte
+  size_t fill_ = 0;         // bytes in it
   size_t half_bytes_ = 0;
   uint64_t allocated_end_ = 0;  // the file is at least this long (preallocated); 0: not yet
   bool preallocate_ = true;     // cleared when fallocate fails (the engine then allocates)
@@ -89,17 +91,18 @@ class FastFileWriter::Impl {
 std::string FastFileWriterStats::to_string() const {
   auto gbps = [](uint64_t b, double s) { return s > 0 ? static_cast<double>(b) / s / 1e9 : 0.0; };
   char line[512];
-  std::snprintf(line, sizeof line,
-                "stats = {bytes: %llu, persisted_bytes: %llu, write_calls: %llu, write_secs: %.3f, "
-                "write_GB/s: %.2f, fill_bytes: %llu, fill_secs: %.3f, fill_GB/s: %.2f, "
-                "zero_copy_bytes: %llu, slow_path_bytes: %llu, io_wait_secs: %.3f, drains: %llu, "
-                "pinned_bytes: %zu}",
-                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(persisted_bytes),
-                static_cast<unsigned long long>(write_calls), write_seconds, gbps(bytes, write_seconds),
-                static_cast<unsigned long long>(fill_bytes), fill_seconds, gbps(fill_bytes, fill_seconds),
-                static_cast<unsigned long long>(zero_copy_bytes),
-                static_cast<unsigned long long>(slow_path_bytes), io_wait_seconds,
-                static_cast<unsigned long long>(drains), pinned_bytes);
+  std::snprintf(
+      line, sizeof line,
+      "stats = {bytes: %llu, persisted_bytes: %llu, write_calls: %llu, write_secs: %.3f, "
+      "write_GB/s: %.2f, fill_bytes: %llu, fill_secs: %.3f, fill_GB/s: %.2f, "
+      "zero_copy_bytes: %llu, slow_path_bytes: %llu, io_wait_secs: %.3f, drains: %llu, "
+      "pinned_bytes: %zu}",
+      static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(persisted_bytes),
+      static_cast<unsigned long long>(write_calls), write_seconds, gbps(bytes, write_seconds),
+      static_cast<unsigned long long>(fill_bytes), fill_seconds, gbps(fill_bytes, fill_seconds),
+      static_cast<unsigned long long>(zero_copy_bytes),
+      static_cast<unsigned long long>(slow_path_bytes), io_wait_seconds,
+      static_cast<unsigned long long>(drains), pinned_bytes);
   return line;
 }
 
@@ -131,7 +134,8 @@ Result<std::unique_ptr<FastFileWriter>> FastFileWriter::open(const std::string& 
     engine = std::move(own);
   }
   impl.engine_ = std::move(engine);
-  w->half_bytes_ = static_cast<size_t>(align_down(options.io_buffer_bytes / halves, kStreamAlignment));
+  w->half_bytes_ =
+      static_cast<size_t>(align_down(options.io_buffer_bytes / halves, kStreamAlignment));
   FP_ASSIGN_OR_RETURN(impl.staging_, default_pinned_pool().acquire(w->half_bytes_ * halves));
   w->stats_.pinned_bytes = impl.staging_->capacity();
   if (options.num_writers > 1) {
@@ -202,8 +206,10 @@ Status FastFileWriter::Impl::write(const void* data, size_t bytes) {
   return st;
 }
 
-bool FastFileWriter::Impl::zero_copy_candidate(const std::byte* p, uint64_t pos, uint64_t run_end) const {
-  return options_.zero_copy && align_down(run_end - pos, kStreamAlignment) >= options_.zero_copy_min_bytes &&
+bool FastFileWriter::Impl::zero_copy_candidate(const std::byte* p, uint64_t pos,
+                                               uint64_t run_end) const {
+  return options_.zero_copy &&
+         align_down(run_end - pos, kStreamAlignment) >= options_.zero_copy_min_bytes &&
          is_aligned(pos, kStreamAlignment) && is_aligned(p, memory_alignment_);
 }
 
@@ -220,7 +226,8 @@ Status FastFileWriter::Impl::write_own(const std::byte* p, size_t n) {
     // 4096-aligned in the file, follow its small records): send the staged bytes first, so the
     // run can go zero-copy. They end at an aligned position, so the partial half is a valid
     // O_DIRECT write.
-    if (fill_ != 0 && zero_copy_candidate(p, pos_, run_end) && is_aligned(cur_start_, kStreamAlignment)) {
+    if (fill_ != 0 && zero_copy_candidate(p, pos_, run_end) &&
+        is_aligned(cur_start_, kStreamAlignment)) {
       FP_RETURN_IF_ERROR(drain());
     }
     if (fill_ == 0) {
@@ -278,8 +285,9 @@ Status FastFileWriter::Impl::wait_all() {
 Status FastFileWriter::Impl::drain() {
   if (fill_ == 0) return Status::ok();
   FP_RETURN_IF_ERROR(ensure_allocated(cur_start_ + fill_));
-  IoRequest r{IoKind::kWrite, staging_->data() + static_cast<size_t>(cur_) * half_bytes_, fill_,
-              "", fd_.get(), cur_start_};
+  IoRequest r{IoKind::kWrite, staging_->data() + static_cast<size_t>(cur_) * half_bytes_,
+              fill_,          "",
+              fd_.get(),      cur_start_};
   Result<IoTicket> t = engine_->start(r);
   if (!t.is_ok()) return fail(t.status());
   in_flight_[cur_] = *t;
@@ -299,8 +307,9 @@ Status FastFileWriter::Impl::drain() {
 // engine then allocates request by request and reports a real ENOSPC itself.
 Status FastFileWriter::Impl::ensure_allocated(uint64_t end) {
   if (!preallocate_ || end <= allocated_end_) return Status::ok();
-  uint64_t step = std::clamp<uint64_t>(allocated_end_, kMinPreallocateStep,
-                                       std::max<uint64_t>(options_.preallocate_max_bytes, kMinPreallocateStep));
+  uint64_t step =
+      std::clamp<uint64_t>(allocated_end_, kMinPreallocateStep,
+                           std::max<uint64_t>(options_.preallocate_max_bytes, kMinPreallocateStep));
   uint64_t new_end = align_up(std::max(end, allocated_end_ + step), kStreamAlignment);
   if (::fallocate(fd_.get(), 0, static_cast<off_t>(allocated_end_),
                   static_cast<off_t>(new_end - allocated_end_)) != 0) {
@@ -311,7 +320,8 @@ Status FastFileWriter::Impl::ensure_allocated(uint64_t end) {
     // commit truncates it to the stream size anyway.
     if (options_.num_writers == 1 &&
         ::ftruncate(fd_.get(), static_cast<off_t>(allocated_end_)) != 0) {
-      return fail(Status::from_errno(errno, "cannot undo a partial preallocation").with_path(temp_path_));
+      return fail(
+          Status::from_errno(errno, "cannot undo a partial preallocation").with_path(temp_path_));
     }
     return Status::ok();
   }
@@ -321,7 +331,8 @@ Status FastFileWriter::Impl::ensure_allocated(uint64_t end) {
 
 Status FastFileWriter::Impl::close() {
   if (state_ == State::kClosed) return Status::ok();
-  if (state_ == State::kAborted) return Status(StatusCode::kInvalidArgument, "writer was aborted").with_path(path_);
+  if (state_ == State::kAborted)
+    return Status(StatusCode::kInvalidArgument, "writer was aborted").with_path(path_);
   auto t0 = Clock::now();
   Status st = error_;
   if (st.is_ok() && fill_ > 0) {
@@ -351,7 +362,8 @@ Status FastFileWriter::Impl::finish_single() {
   if (::fstat(fd, &st) != 0) return Status::from_errno(errno, "fstat failed").with_path(temp_path_);
   if (static_cast<uint64_t>(st.st_size) != pos_) {
     return Status(StatusCode::kInternal, "file size " + std::to_string(st.st_size) +
-                                             " differs from the bytes written " + std::to_string(pos_))
+                                             " differs from the bytes written " +
+                                             std::to_string(pos_))
         .with_path(temp_path_);
   }
   if (options_.durable && ::fdatasync(fd) != 0) {

@@ -2,13 +2,13 @@
 // The protocol (steps 1 to 5) is described at the top of parallel_commit.h.
 #include "stream/parallel_commit.h"
 
-#include "fastpersist/layout.h"
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+#include "fastpersist/layout.h"
 #if defined(FASTPERSIST_XXH_DISPATCH)
 #include <xxh_x86dispatch.h>  // XXH3 one-shot and update calls become the CPU-dispatched ones
 #endif
@@ -46,8 +46,12 @@ constexpr auto kPollInterval = std::chrono::milliseconds(10);
 // Commit timeouts this long never expire (a century of nanoseconds is far from int64 overflow).
 constexpr auto kLongestTimeout = std::chrono::hours(24 * 365 * 100);
 
-std::string lock_path_of(const std::string& partial) { return partial + std::string(kParallelLockSuffix); }
-std::string done_path_of(const std::string& partial) { return partial + std::string(kParallelDoneSuffix); }
+std::string lock_path_of(const std::string& partial) {
+  return partial + std::string(kParallelLockSuffix);
+}
+std::string done_path_of(const std::string& partial) {
+  return partial + std::string(kParallelDoneSuffix);
+}
 
 bool same_file(const struct stat& a, const struct stat& b) {
   return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
@@ -81,7 +85,8 @@ class WritersLock {
   static Result<WritersLock> acquire(const std::string& partial_path) {
     std::string path = lock_path_of(partial_path);
     for (;;) {
-      FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(path, O_RDWR, "the writers' lock"));
+      FP_ASSIGN_OR_RETURN(UniqueFd fd,
+                          open_or_create_regular_file(path, O_RDWR, "the writers' lock"));
       FP_RETURN_IF_ERROR(flock_retry(fd.get(), LOCK_EX, path));
       FP_ASSIGN_OR_RETURN(struct stat held, stat_fd(fd.get(), path));
       if (names(path, held)) return WritersLock(partial_path, std::move(fd));
@@ -91,14 +96,16 @@ class WritersLock {
   static Result<std::optional<WritersLock>> try_acquire(const std::string& partial_path) {
     std::string path = lock_path_of(partial_path);
     for (;;) {
-      FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(path, O_RDWR, "the writers' lock"));
+      FP_ASSIGN_OR_RETURN(UniqueFd fd,
+                          open_or_create_regular_file(path, O_RDWR, "the writers' lock"));
       if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK) return std::optional<WritersLock>();
         if (errno == EINTR) continue;
         return Status::from_errno(errno, "flock failed").with_path(path);
       }
       FP_ASSIGN_OR_RETURN(struct stat held, stat_fd(fd.get(), path));
-      if (names(path, held)) return std::optional<WritersLock>(WritersLock(partial_path, std::move(fd)));
+      if (names(path, held))
+        return std::optional<WritersLock>(WritersLock(partial_path, std::move(fd)));
     }
   }
   WritersLock(WritersLock&&) noexcept = default;
@@ -248,7 +255,7 @@ Result<UniqueFd> open_shared_partial(const std::string& target, std::string* par
   FP_ASSIGN_OR_RETURN(WritersLock lock, WritersLock::acquire(*partial_path));
   // No O_TRUNC: other writers may already have written their stripes.
   FP_ASSIGN_OR_RETURN(UniqueFd fd, open_or_create_regular_file(*partial_path, O_WRONLY,
-                                                                "the shared temporary file"));
+                                                               "the shared temporary file"));
   FP_RETURN_IF_ERROR(flock_retry(fd.get(), LOCK_SH, *partial_path));
   return fd;
 }
@@ -331,7 +338,8 @@ Result<AbandonedSet> remove_abandoned_set(const std::string& partial_path, doubl
   if (age < min_age_seconds) return AbandonedSet::kTooRecent;
   *bytes = static_cast<uint64_t>(st.st_blocks) * 512;
   if (dry_run) return AbandonedSet::kRemoved;
-  if (::unlink(partial_path.c_str()) != 0) return Status::from_errno(errno, "cannot remove").with_path(partial_path);
+  if (::unlink(partial_path.c_str()) != 0)
+    return Status::from_errno(errno, "cannot remove").with_path(partial_path);
   FP_RETURN_IF_ERROR(write_records(done_path_of(partial_path), {}));
   return AbandonedSet::kRemoved;
 }

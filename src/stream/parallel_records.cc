@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "stream/parallel_records.h"
 
-#include "fastpersist/layout.h"
-
 #include <unistd.h>
 
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
+
+#include "fastpersist/layout.h"
 
 namespace fastpersist::stream {
 

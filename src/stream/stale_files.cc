@@ -47,7 +47,8 @@ Verdict remove_if_dead(const std::string& path, bool dry_run, uint64_t* bytes, s
     return Verdict::kFailed;
   }
   struct stat named {};
-  if (::lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino || named.st_dev != held.st_dev) {
+  if (::lstat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino ||
+      named.st_dev != held.st_dev) {
     return Verdict::kGone;
   }
   *bytes = static_cast<uint64_t>(held.st_blocks) * 512;  // what removing it gives back
@@ -62,7 +63,8 @@ Verdict remove_if_dead(const std::string& path, bool dry_run, uint64_t* bytes, s
 
 bool is_parallel_set_name(const std::string& name, std::string* target_name) {
   const size_t n = kPartialSuffix.size();
-  if (name.size() < 2 + n || name[0] != '.' || name.compare(name.size() - n, n, kPartialSuffix) != 0) {
+  if (name.size() < 2 + n || name[0] != '.' ||
+      name.compare(name.size() - n, n, kPartialSuffix) != 0) {
     return false;
   }
   if (target_name != nullptr) *target_name = name.substr(1, name.size() - 1 - n);
@@ -82,11 +84,13 @@ namespace {
 
 // One directory's temporaries into `report`; with `subdirs`, also collects the directories in it
 // (not symlinks, same filesystem as `device`).
-Status clean_one_dir(const std::string& dir, const StaleFileOptions& options, StaleFileReport& report,
-                     dev_t device, std::vector<std::string>* subdirs) {
+Status clean_one_dir(const std::string& dir, const StaleFileOptions& options,
+                     StaleFileReport& report, dev_t device, std::vector<std::string>* subdirs) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
   if (d == nullptr) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
-  auto path_of = [&](const std::string& name) { return (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name; };
+  auto path_of = [&](const std::string& name) {
+    return (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name;
+  };
   std::vector<std::string> temps, sets;
   errno = 0;
   while (const dirent* e = ::readdir(d.get())) {
@@ -128,8 +132,8 @@ Status clean_one_dir(const std::string& dir, const StaleFileOptions& options, St
   for (const std::string& name : sets) {
     std::string path = path_of(name);
     uint64_t bytes = 0;
-    Result<stream::AbandonedSet> r =
-        stream::remove_abandoned_set(path, options.parallel_set_min_age_seconds, options.dry_run, &bytes);
+    Result<stream::AbandonedSet> r = stream::remove_abandoned_set(
+        path, options.parallel_set_min_age_seconds, options.dry_run, &bytes);
     if (!r.is_ok()) {
       report.failed.emplace_back(path, r.status().message());
       continue;
@@ -154,12 +158,15 @@ Status clean_one_dir(const std::string& dir, const StaleFileOptions& options, St
 
 }  // namespace
 
-Result<StaleFileReport> remove_stale_temp_files(const std::string& dir, const StaleFileOptions& options) {
+Result<StaleFileReport> remove_stale_temp_files(const std::string& dir,
+                                                const StaleFileOptions& options) {
   struct stat top {};
-  if (::stat(dir.c_str(), &top) != 0) return Status::from_errno(errno, "cannot read the directory").with_path(dir);
+  if (::stat(dir.c_str(), &top) != 0)
+    return Status::from_errno(errno, "cannot read the directory").with_path(dir);
   StaleFileReport report;
   std::vector<std::string> pending;
-  FP_RETURN_IF_ERROR(clean_one_dir(dir, options, report, top.st_dev, options.recursive ? &pending : nullptr));
+  FP_RETURN_IF_ERROR(
+      clean_one_dir(dir, options, report, top.st_dev, options.recursive ? &pending : nullptr));
   std::sort(pending.begin(), pending.end());
   std::reverse(pending.begin(), pending.end());  // a stack: visit in name order
   while (!pending.empty()) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// parse_config, the reader of configuration files (`fastpersist tune --output`, FASTPERSIST_CONFIG),
-// on any bytes: a configuration or an error, never a crash. A configuration it accepts holds
-// settings that validate, and encoding it and parsing the text again gives the same settings.
+// parse_config, the reader of configuration files (`fastpersist tune --output`,
+// FASTPERSIST_CONFIG), on any bytes: a configuration or an error, never a crash. A configuration it
+// accepts holds settings that validate, and encoding it and parsing the text again gives the same
+// settings.
 #include <string>
 #include <string_view>
 

@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(r.tag == m.tag && r.sequence == m.sequence && r.step == m.step);
   FUZZ_CHECK(r.tensors.size() == m.tensors.size() && r.files.size() == m.files.size());
   FUZZ_CHECK(r.metadata_json == m.metadata_json);
-  FUZZ_CHECK(fastpersist::manifest_fingerprint(r.tensors) == fastpersist::manifest_fingerprint(m.tensors));
+  FUZZ_CHECK(fastpersist::manifest_fingerprint(r.tensors) ==
+             fastpersist::manifest_fingerprint(m.tensors));
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     FUZZ_CHECK(r.tensors[i].offset == m.tensors[i].offset);
     FUZZ_CHECK(r.tensors[i].stored_length == m.tensors[i].stored_length);

@@ -7,6 +7,7 @@
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  (void)fastpersist::check_metadata_json(std::string_view(reinterpret_cast<const char*>(data), size));
+  (void)fastpersist::check_metadata_json(
+      std::string_view(reinterpret_cast<const char*>(data), size));
   return 0;
 }

@@ -68,7 +68,8 @@ class LyingStore final : public fastpersist::ObjectStore {
     if (offset > bytes.size() || into.size() > bytes.size() - offset) {
       return Status(StatusCode::kDataLoss, "the object ends first").with_path(key);
     }
-    std::copy_n(reinterpret_cast<const std::byte*>(bytes.data()) + offset, into.size(), into.begin());
+    std::copy_n(reinterpret_cast<const std::byte*>(bytes.data()) + offset, into.size(),
+                into.begin());
     return Status::ok();
   }
 
@@ -84,7 +85,8 @@ class LyingStore final : public fastpersist::ObjectStore {
                                   std::span<const std::byte>) override {
     return refused(key);
   }
-  Status complete_upload(const std::string& key, const std::string&, const std::vector<std::string>&) override {
+  Status complete_upload(const std::string& key, const std::string&,
+                         const std::vector<std::string>&) override {
     return refused(key);
   }
   Status abort_upload(const std::string&, const std::string&) override { return Status::ok(); }
@@ -98,7 +100,8 @@ class LyingStore final : public fastpersist::ObjectStore {
 
  private:
   static Status refused(const std::string& key) {
-    return Status(StatusCode::kUnavailable, "uploads are not part of this fuzz target").with_path(key);
+    return Status(StatusCode::kUnavailable, "uploads are not part of this fuzz target")
+        .with_path(key);
   }
 
   std::mutex mu_;
@@ -184,11 +187,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& info : scan->committed) tags.push_back(info.tag);
     for (const auto& damaged : scan->damaged) (void)tier.read_manifest(damaged.tag);
     auto local = fastpersist::CheckpointManager::open((work / "local").string(), local_options());
-    if (!local.is_ok()) std::fprintf(stderr, "cannot open the local root: %s\n", local.status().to_string().c_str());
+    if (!local.is_ok())
+      std::fprintf(stderr, "cannot open the local root: %s\n", local.status().to_string().c_str());
     FUZZ_CHECK(local.is_ok());
     for (const std::string& tag : tags) {
       auto manifest = tier.read_manifest(tag);
-      auto report = fastpersist::checkpoint::verify_object_checkpoint(tier, tag, (work / "scratch").string(), engine());
+      auto report = fastpersist::checkpoint::verify_object_checkpoint(
+          tier, tag, (work / "scratch").string(), engine());
       auto pulled = tier.download(tag, **local, engine());
       // A checkpoint the pull committed locally verifies there: nothing unchecked got in. (A
       // tensor in an encoding this build cannot decode is copied as stored, every file's

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The text parsers of settings and flags: sizes ("64MiB"), backend names, checkpoint tags, object
-// keys (a bucket's listing is untrusted) and URLs, and the CLI's numeric validators. Any text gives a value or an error, never a crash; a size that
-// parses is the value its digits and unit say (checked against a second, wider computation).
+// keys (a bucket's listing is untrusted) and URLs, and the CLI's numeric validators. Any text gives
+// a value or an error, never a crash; a size that parses is the value its digits and unit say
+// (checked against a second, wider computation).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -30,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!text.empty() && text.front() != '/' && text.back() != '/');
     FUZZ_CHECK(text.find("//") == std::string::npos);
     std::string segmented = "/" + text + "/";
-    FUZZ_CHECK(segmented.find("/../") == std::string::npos && segmented.find("/./") == std::string::npos);
+    FUZZ_CHECK(segmented.find("/../") == std::string::npos &&
+               segmented.find("/./") == std::string::npos);
   }
   static const CLI::Validator finite = fastpersist::cli::finite_in(0, 1e9);
   static const CLI::Validator integer = fastpersist::cli::integer_in(-1000, 1000000);

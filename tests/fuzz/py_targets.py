@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import shutil
 import tempfile
 import tracemalloc
 from typing import Callable, Dict, Tuple, Type
@@ -45,6 +46,11 @@ def _scratch() -> str:
     path = os.path.join(tempfile.gettempdir(), f"fp-pyfuzz-{os.getpid()}")
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def remove_scratch() -> None:
+    """Removes the folder the targets write their files in (this process's)."""
+    shutil.rmtree(os.path.join(tempfile.gettempdir(), f"fp-pyfuzz-{os.getpid()}"), ignore_errors=True)
 
 
 def object_sidecar(data: bytes) -> None:

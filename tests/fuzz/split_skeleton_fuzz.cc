@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       end = p.offset + p.length;
       pieces += p.length;
     }
-    if (decoded->size - pieces != decoded->rest.size() || decoded->pieces.size() > size / 16) std::abort();
+    if (decoded->size - pieces != decoded->rest.size() || decoded->pieces.size() > size / 16)
+      std::abort();
   }
   return 0;
 }

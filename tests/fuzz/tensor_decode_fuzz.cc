@@ -28,8 +28,8 @@ using fastpersist::Status;
 constexpr const char* kDtypes[] = {"U8", "BF16", "F32", "F64"};
 
 // Decodes `stored` into raw bytes both ways; nullopt-like empty flag on failure.
-bool decode_both(const ManifestTensor& t, const std::vector<std::byte>& stored, std::vector<std::byte>* raw,
-                 size_t piece) {
+bool decode_both(const ManifestTensor& t, const std::vector<std::byte>& stored,
+                 std::vector<std::byte>* raw, size_t piece) {
   auto table = fastpersist::checkpoint::chunk_table_in_memory(t, stored.data());
   if (!table.is_ok()) return false;
   raw->assign(static_cast<size_t>(t.length), std::byte{0});
@@ -37,18 +37,20 @@ bool decode_both(const ManifestTensor& t, const std::vector<std::byte>& stored, 
   bool ok = true;
   for (size_t k = 0; k < table->chunks() && ok; ++k) {
     uint64_t begin = table->frame_offsets[k];
-    ok = codec.decode(table->compression, table->width, stored.data() + begin,
-                      static_cast<size_t>(table->frame_offsets[k + 1] - begin),
-                      raw->data() + uint64_t{table->chunk_bytes} * k,
-                      static_cast<size_t>(table->chunk_raw_bytes(k, t.length)))
+    ok = codec
+             .decode(table->compression, table->width, stored.data() + begin,
+                     static_cast<size_t>(table->frame_offsets[k + 1] - begin),
+                     raw->data() + uint64_t{table->chunk_bytes} * k,
+                     static_cast<size_t>(table->chunk_raw_bytes(k, t.length)))
              .is_ok();
   }
   std::vector<std::byte> streamed;
-  fastpersist::checkpoint::FrameStream frames(t, *table, [&](uint64_t offset, const std::byte* d, size_t n) {
-    FUZZ_CHECK(offset == streamed.size());
-    streamed.insert(streamed.end(), d, d + n);
-    return Status::ok();
-  });
+  fastpersist::checkpoint::FrameStream frames(t, *table,
+                                              [&](uint64_t offset, const std::byte* d, size_t n) {
+                                                FUZZ_CHECK(offset == streamed.size());
+                                                streamed.insert(streamed.end(), d, d + n);
+                                                return Status::ok();
+                                              });
   bool stream_ok = true;
   for (size_t at = 0; at < stored.size() && stream_ok; at += piece) {
     stream_ok = frames.feed(stored.data() + at, std::min(piece, stored.size() - at)).is_ok();
@@ -76,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!round_trip) {
     t.length = (uint64_t{data[1]} << 8 | data[2]) * width;
     std::vector<std::byte> stored(size - 3);
-    if (!stored.empty()) std::memcpy(stored.data(), data + 3, stored.size());  // empty: data() may be null
+    if (!stored.empty())
+      std::memcpy(stored.data(), data + 3, stored.size());  // empty: data() may be null
     t.stored_length = stored.size();
     std::vector<std::byte> raw;
     (void)decode_both(t, stored, &raw, piece);
@@ -92,12 +95,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (uint64_t at = 0; at < raw.size(); at += kChunk) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, raw.size() - at));
     std::vector<std::byte> frame(fastpersist::chunk_frame_bound(codec, n));
-    auto written = c.encode(codec, data[2] % 4, width, raw.data() + at, n, frame.data(), frame.size());
+    auto written =
+        c.encode(codec, data[2] % 4, width, raw.data() + at, n, frame.data(), frame.size());
     FUZZ_CHECK(written.is_ok());
     stored.insert(stored.end(), frame.begin(), frame.begin() + static_cast<long>(*written));
     frames.push_back(static_cast<uint32_t>(*written));
   }
-  std::string table = fastpersist::encode_chunk_table(codec, kChunk, static_cast<uint8_t>(width), frames);
+  std::string table =
+      fastpersist::encode_chunk_table(codec, kChunk, static_cast<uint8_t>(width), frames);
   const auto* tb = reinterpret_cast<const std::byte*>(table.data());
   stored.insert(stored.end(), tb, tb + table.size());
   t.stored_length = stored.size();

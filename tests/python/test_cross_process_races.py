@@ -62,8 +62,7 @@ def _listed(root: Path) -> list:
     """(tag, step) of every committed checkpoint, oldest first (what `fastpersist list` reads)."""
     if not root.exists():
         return []
-    infos, _damaged = _core.list_checkpoints(str(root))
-    return [(c["tag"], c["step"]) for c in infos]
+    return [(c.tag, c.step) for c in _core.list_checkpoints(str(root)).committed]
 
 
 @pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental-xor"])

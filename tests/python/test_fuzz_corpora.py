@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 sys.path.insert(0, str(FUZZ))
 import py_targets  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch_removed() -> Iterator[None]:
+    yield
+    py_targets.remove_scratch()
+
 
 CASES = [(target, path) for target in py_targets.TARGETS
          for path in sorted((FUZZ / "corpus" / target).iterdir())]

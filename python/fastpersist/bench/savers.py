@@ -237,15 +237,18 @@ def _format_stats(stats: Dict[str, Any]) -> str:
                            f"{k}: {stats[k]}" for k in keys if k in stats) + "}"
 
 
-ALL: List[Callable[[Any, str, SaveSettings], SaveResult]] = [
-    save_torch,
-    save_torch_fsync,
-    save_ds_mock,
-    save_ds_py,
-    save_ds_aio_fast,
-    save_ds_gds_fast,
-    deepspeed_fast_save,
-]
+Saver = Callable[[Any, str, SaveSettings], SaveResult]
+
+# Every mechanism, in the order they run, under the tag it reports (what --only selects).
+ALL: Dict[str, Saver] = {
+    "test_save": save_torch,
+    "test_save_fsync": save_torch_fsync,
+    "test_ds_mock_save": save_ds_mock,
+    "test_ds_py_save": save_ds_py,
+    "test_ds_aio_fast_save": save_ds_aio_fast,
+    "test_ds_gds_fast_save": save_ds_gds_fast,
+    "deepspeed_fast_save": deepspeed_fast_save,
+}
 
 
 def settle() -> None:
@@ -265,21 +268,21 @@ def run_all(obj: Any, s: SaveSettings, file_stem: str,
     first mechanism runs once untimed before anything is measured: the first save of a process
     pays for faulting in the state's pages and for the folder's first allocations, which once
     made the first line of a run (test_save) read 0.44 GB/s against 1.73 for the next one."""
-    chosen = [saver for saver in ALL if not only or saver.__name__ in only]
+    chosen = [(tag, saver) for tag, saver in ALL.items() if not only or tag in only]
     results = []
     if warmup and chosen:
-        first = chosen[rotate % len(chosen)]
+        first_tag, first = chosen[rotate % len(chosen)]
         path = os.path.join(s.folder, f"warmup_{file_stem}.pt")
         quiet = dataclasses.replace(s, show_statistics=False)
-        print(f"# warm-up, untimed: {first.__name__}", flush=True)
+        print(f"# warm-up, untimed: {first_tag}", flush=True)
         first(obj, path, quiet)
         if os.path.exists(path):
             os.unlink(path)
         settle()
     for loop in range(loops):
         k = (loop + rotate) % len(chosen) if chosen else 0
-        for saver in chosen[k:] + chosen[:k]:
-            path = os.path.join(s.folder, f"{saver.__name__}_{file_stem}.pt")
+        for tag, saver in chosen[k:] + chosen[:k]:
+            path = os.path.join(s.folder, f"{tag}_{file_stem}.pt")
             settle()
             result = saver(obj, path, s)
             print(result.line(), flush=True)

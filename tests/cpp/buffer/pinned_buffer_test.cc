@@ -20,7 +20,8 @@ TEST(PinnedBuffer, IsPageAlignedZeroedAndWritable) {
   EXPECT_EQ(b->size(), 10000u);
   EXPECT_EQ(b->capacity() % static_cast<size_t>(sysconf(_SC_PAGESIZE)), 0u);
   EXPECT_GE(b->capacity(), 10000u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)),
+            0u);
   for (size_t i = 0; i < b->capacity(); ++i) ASSERT_EQ(b->data()[i], std::byte{0});
   std::memset(b->data(), 0xAB, b->size());
   EXPECT_EQ(b->data()[9999], std::byte{0xAB});
@@ -71,7 +72,7 @@ TEST(PinnedBuffer, FallsBackToUnlockedMemoryWhenMemlockIsTooSmall) {
     close(pipefd[0]);
     dup2(pipefd[1], STDERR_FILENO);
     if (memlock_info().warned) _exit(20);  // an earlier test in this process already warned
-    rlimit lim{65536, 65536};  // hard limit too, so the library cannot raise it
+    rlimit lim{65536, 65536};              // hard limit too, so the library cannot raise it
     if (setrlimit(RLIMIT_MEMLOCK, &lim) != 0) _exit(10);
     // Root may lock any amount (CAP_IPC_LOCK); become an unprivileged user to feel the limit.
     if (geteuid() == 0 && setuid(65534) != 0) _exit(14);
@@ -119,12 +120,18 @@ TEST(PinnedBufferPool, ReusesReleasedBuffers) {
 
 TEST(PinnedBufferPool, DoesNotHandOutFarLargerBuffersOrExceedTheCache) {
   PinnedBufferPool pool(size_t{3} << 20);
-  { auto big = pool.acquire(size_t{2} << 20); ASSERT_TRUE(big.is_ok()); }
+  {
+    auto big = pool.acquire(size_t{2} << 20);
+    ASSERT_TRUE(big.is_ok());
+  }
   EXPECT_EQ(pool.cached_bytes(), size_t{2} << 20);
   auto small = pool.acquire(4096);
   ASSERT_TRUE(small.is_ok());
   EXPECT_LE((*small)->capacity(), size_t{8192});
-  { auto another = pool.acquire(size_t{2} << 20); ASSERT_TRUE(another.is_ok()); }  // the cached one
+  {
+    auto another = pool.acquire(size_t{2} << 20);
+    ASSERT_TRUE(another.is_ok());
+  }  // the cached one
   {
     auto a = pool.acquire(size_t{2} << 20);
     auto b = pool.acquire(size_t{2} << 20);
@@ -183,7 +190,8 @@ TEST(CudaRuntime, RegisterWithCudaRegistersOnceOrSaysWhyNot) {
   } else {
     EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
     EXPECT_FALSE(b->cuda_registered());
-    const char* want = cuda_runtime_info().available ? "cudaHostRegister failed" : "no CUDA runtime";
+    const char* want =
+        cuda_runtime_info().available ? "cudaHostRegister failed" : "no CUDA runtime";
     EXPECT_NE(st.message().find(want), std::string::npos) << st.to_string();
     b->data()[0] = std::byte{1};
   }

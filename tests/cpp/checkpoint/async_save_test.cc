@@ -73,7 +73,8 @@ TEST_P(AsyncSaveTest, MaxInFlightOneQueuesTheNextSave) {
     FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root(), o));
     std::vector<PendingSave> saves;
     for (int i = 0; i < 4; ++i) {
-      FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("q" + std::to_string(i), state.content()));
+      FP_ASSERT_OK_AND_ASSIGN(PendingSave p,
+                              mgr->save_async("q" + std::to_string(i), state.content()));
       // One in flight at most: the previous save finished before this one was accepted.
       if (!saves.empty()) {
         EXPECT_TRUE(saves.back().done());
@@ -94,7 +95,8 @@ TEST_P(AsyncSaveTest, SeveralInFlightCommitInOrder) {
     FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root(), o));
     std::vector<PendingSave> saves;
     for (int i = 0; i < 5; ++i) {
-      FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("p" + std::to_string(i), states[i].content()));
+      FP_ASSERT_OK_AND_ASSIGN(PendingSave p,
+                              mgr->save_async("p" + std::to_string(i), states[i].content()));
       saves.push_back(p);
     }
     FP_ASSERT_OK(mgr->wait_all());
@@ -103,7 +105,8 @@ TEST_P(AsyncSaveTest, SeveralInFlightCommitInOrder) {
       FP_EXPECT_OK(p.wait());
     }
     EXPECT_EQ(listed_tags(root()), (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4"}));
-    for (int i = 0; i < 5; ++i) expect_checkpoint_matches(root() + "/p" + std::to_string(i), states[i]);
+    for (int i = 0; i < 5; ++i)
+      expect_checkpoint_matches(root() + "/p" + std::to_string(i), states[i]);
     FP_ASSERT_OK_AND_ASSIGN(auto latest, latest_checkpoint(root()));
     EXPECT_EQ(latest, std::optional<std::string>("p4"));
   });
@@ -133,7 +136,8 @@ TEST_P(AsyncSaveTest, TagsAreUniqueAmongCommittedAndPendingSaves) {
 
 INSTANTIATE_TEST_SUITE_P(Budgets, AsyncSaveTest, ::testing::Values(size_t{0}, size_t{2}),
                          [](const auto& p) {
-                           return p.param == 0 ? std::string("Unbounded") : "Budget" + std::to_string(p.param) + "Windows";
+                           return p.param == 0 ? std::string("Unbounded")
+                                               : "Budget" + std::to_string(p.param) + "Windows";
                          });
 
 TEST(AsyncSaveLifecycleTest, CloseFinishesPendingSavesAndRefusesMore) {
@@ -145,7 +149,8 @@ TEST(AsyncSaveLifecycleTest, CloseFinishesPendingSavesAndRefusesMore) {
     FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir.path(), o));
     std::vector<PendingSave> saves;
     for (int i = 0; i < 3; ++i) {
-      FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("c" + std::to_string(i), state.content()));
+      FP_ASSERT_OK_AND_ASSIGN(PendingSave p,
+                              mgr->save_async("c" + std::to_string(i), state.content()));
       saves.push_back(p);
     }
     FP_ASSERT_OK(mgr->close());

@@ -3,10 +3,11 @@
 // invisible until the commit, commits with the manager's protocol (sequence, `latest`,
 // retention), refuses records that do not describe the directory exactly, and an abort (or a
 // failed commit, or the commit's destruction) leaves the root as it was.
-#include <sys/stat.h>
-#include <unistd.h>
+#include "fastpersist/checkpoint_commit.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <functional>
@@ -15,7 +16,6 @@
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
-#include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/shard_writer.h"
@@ -25,7 +25,8 @@
 namespace fastpersist::testing {
 namespace {
 
-std::unique_ptr<CheckpointManager> open_manager(const std::string& root, CheckpointOptions o = small_options()) {
+std::unique_ptr<CheckpointManager> open_manager(const std::string& root,
+                                                CheckpointOptions o = small_options()) {
   auto m = CheckpointManager::open(root, o);
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? std::move(m).value() : nullptr;
@@ -77,7 +78,8 @@ CommitContent write_two_ranks(const std::string& dir, const TwoRanks& s) {
       c.tensors.push_back(std::move(t));
     }
   }
-  auto sidecar = write_sidecar_file(dir, dcp_objects_file_name(1), "rank one's objects", true, true, 1);
+  auto sidecar =
+      write_sidecar_file(dir, dcp_objects_file_name(1), "rank one's objects", true, true, 1);
   EXPECT_TRUE(sidecar.is_ok()) << sidecar.status().to_string();
   if (sidecar.is_ok()) c.files.push_back(*sidecar);
   return c;
@@ -91,9 +93,12 @@ TEST(CheckpointCommitTest, TwoRanksCommitAsOneCheckpoint) {
   TwoRanks s;
   FP_ASSERT_OK_AND_ASSIGN(auto commit, manager->begin_commit("step-7"));
   EXPECT_EQ(commit->tag(), "step-7");
-  EXPECT_EQ(commit->directory().rfind(root.path() + "/" + std::string(kTempDirPrefix) + "step-7-", 0), 0u);
+  EXPECT_EQ(
+      commit->directory().rfind(root.path() + "/" + std::string(kTempDirPrefix) + "step-7-", 0),
+      0u);
   CommitContent content = write_two_ranks(commit->directory(), s);
-  EXPECT_EQ(listed_tags(root.path()), std::vector<std::string>{"single"}) << "invisible before the commit";
+  EXPECT_EQ(listed_tags(root.path()), std::vector<std::string>{"single"})
+      << "invisible before the commit";
   FP_ASSERT_OK(commit->commit(content));
   EXPECT_TRUE(commit->finished());
   EXPECT_FALSE(path_exists(commit->directory()));
@@ -123,7 +128,9 @@ TEST(CheckpointCommitTest, TwoRanksCommitAsOneCheckpoint) {
       ASSERT_TRUE(index.has_value()) << t.name;
       FP_ASSERT_OK_AND_ASSIGN(auto read, reader->read({{*index, nullptr}}, true));
       if (t.bytes.empty()) continue;
-      EXPECT_EQ("", first_difference(t.bytes, std::span<const std::byte>(read.data[0], t.bytes.size()))) << t.name;
+      EXPECT_EQ("",
+                first_difference(t.bytes, std::span<const std::byte>(read.data[0], t.bytes.size())))
+          << t.name;
     }
   }
 }
@@ -190,7 +197,8 @@ TEST(CheckpointCommitTest, RefusesRecordsThatDoNotDescribeTheDirectory) {
          }
        },
        StatusCode::kInvalidArgument, "shard_offsets"},
-      {"metadata that is not an object", [](CommitContent& c, const std::string&) { c.metadata_json = "[1]"; },
+      {"metadata that is not an object",
+       [](CommitContent& c, const std::string&) { c.metadata_json = "[1]"; },
        StatusCode::kInvalidArgument, "JSON object"},
   };
   for (const Case& k : cases) {
@@ -266,9 +274,12 @@ TEST(CheckpointCommitTest, ACommitOutlivingItsManagerOnlyAborts) {
 
 TEST(CheckpointCommitTest, SidecarFilesNeedPlainNewNames) {
   TempDir dir;
-  EXPECT_EQ(write_sidecar_file(dir.path(), "a/b", "x", false, true).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(write_sidecar_file(dir.path(), "..", "x", false, true).status().code(), StatusCode::kInvalidArgument);
-  FP_ASSERT_OK_AND_ASSIGN(ManifestFile f, write_sidecar_file(dir.path(), "s.bin", "abc", false, false, 3));
+  EXPECT_EQ(write_sidecar_file(dir.path(), "a/b", "x", false, true).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_sidecar_file(dir.path(), "..", "x", false, true).status().code(),
+            StatusCode::kInvalidArgument);
+  FP_ASSERT_OK_AND_ASSIGN(ManifestFile f,
+                          write_sidecar_file(dir.path(), "s.bin", "abc", false, false, 3));
   EXPECT_EQ(f.checksum, 0u);
   EXPECT_EQ(f.size, 3u);
   EXPECT_EQ(f.role, "objects");

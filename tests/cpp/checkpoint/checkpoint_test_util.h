@@ -5,10 +5,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -89,23 +88,23 @@ class TestState {
 // about 1 MiB in all.
 inline TestState mixed_state(uint64_t seed = 1) {
   TestState s;
-  s.add("model.embed.weight", "F32", {300, 100}, seed + 1);      // 120000 bytes
-  s.add("model.layer0.weight", "BF16", {70001}, seed + 2);       // 140002 bytes
-  s.add("model.layer0.bias", "F16", {3, 5, 7}, seed + 3);        // 210 bytes
-  s.add("optimizer.step_counts", "I64", {20000}, seed + 4);      // 160000 bytes
-  s.add("model.layer1.weight", "F32", {257, 129}, seed + 5);     // 132612 bytes
-  s.add("model.layer1.bias", "F32", {129}, seed + 6);            // 516 bytes
-  s.add("tokens", "U8", {99999}, seed + 7);                      // 99999 bytes
-  s.add("mask.small", "BOOL", {13}, seed + 8);                   // 13 bytes
-  s.add("mask.large", "BOOL", {77777}, seed + 9);                // 77777 bytes
-  s.add("empty", "F32", {0}, seed + 10);                         // 0 bytes
-  s.add("empty2d", "U8", {0, 5}, seed + 11);                     // 0 bytes
-  s.add("scalar.i64", "I64", {}, seed + 12);                     // 8 bytes
-  s.add("scalar.f16", "F16", {}, seed + 13);                     // 2 bytes
-  s.add("odd.f16", "F16", {33333}, seed + 14);                   // 66666 bytes
-  s.add("odd.u8", "U8", {4097}, seed + 15);                      // 4097 bytes
-  s.add("model.head.weight", "F64", {17, 1000}, seed + 16);      // 136000 bytes
-  s.add("i32.vec", "I32", {5}, seed + 17);                       // 20 bytes
+  s.add("model.embed.weight", "F32", {300, 100}, seed + 1);   // 120000 bytes
+  s.add("model.layer0.weight", "BF16", {70001}, seed + 2);    // 140002 bytes
+  s.add("model.layer0.bias", "F16", {3, 5, 7}, seed + 3);     // 210 bytes
+  s.add("optimizer.step_counts", "I64", {20000}, seed + 4);   // 160000 bytes
+  s.add("model.layer1.weight", "F32", {257, 129}, seed + 5);  // 132612 bytes
+  s.add("model.layer1.bias", "F32", {129}, seed + 6);         // 516 bytes
+  s.add("tokens", "U8", {99999}, seed + 7);                   // 99999 bytes
+  s.add("mask.small", "BOOL", {13}, seed + 8);                // 13 bytes
+  s.add("mask.large", "BOOL", {77777}, seed + 9);             // 77777 bytes
+  s.add("empty", "F32", {0}, seed + 10);                      // 0 bytes
+  s.add("empty2d", "U8", {0, 5}, seed + 11);                  // 0 bytes
+  s.add("scalar.i64", "I64", {}, seed + 12);                  // 8 bytes
+  s.add("scalar.f16", "F16", {}, seed + 13);                  // 2 bytes
+  s.add("odd.f16", "F16", {33333}, seed + 14);                // 66666 bytes
+  s.add("odd.u8", "U8", {4097}, seed + 15);                   // 4097 bytes
+  s.add("model.head.weight", "F64", {17, 1000}, seed + 16);   // 136000 bytes
+  s.add("i32.vec", "I32", {5}, seed + 17);                    // 20 bytes
   s.aliases = {{"model.lm_head.weight", "model.embed.weight"}, {"tied.bias", "model.layer1.bias"}};
   static constexpr char kPickle[] = "\x80\x04\x95objects-sidecar\0with nul";
   s.objects = std::string(kPickle, sizeof(kPickle) - 1) + std::string(10000, 'o');
@@ -140,8 +139,9 @@ inline std::string read_text(const std::string& path) {
 }
 
 inline void write_text(const std::string& path, const std::string& text) {
-  Status st = write_whole_file(path, std::span<const std::byte>(
-                                         reinterpret_cast<const std::byte*>(text.data()), text.size()));
+  Status st = write_whole_file(
+      path,
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size()));
   ASSERT_TRUE(st.is_ok()) << st.to_string();
 }
 
@@ -162,7 +162,8 @@ inline bool path_exists(const std::string& path) {
 }
 
 // Names in `dir` starting with `prefix`.
-inline std::vector<std::string> names_with_prefix(const std::string& dir, const std::string& prefix) {
+inline std::vector<std::string> names_with_prefix(const std::string& dir,
+                                                  const std::string& prefix) {
   std::vector<std::string> out;
   auto names = checkpoint::list_dir(dir);
   if (!names.is_ok()) return out;
@@ -199,7 +200,8 @@ inline bool any_contains(const std::vector<std::string>& v, const std::string& n
 
 // Saves `state` as `tag` and waits for the commit; returns the base it referenced ("" for a full
 // checkpoint, "?" when the save failed, which is also reported as a test failure).
-inline std::string save_and_wait(CheckpointManager& mgr, const std::string& tag, const TestState& state) {
+inline std::string save_and_wait(CheckpointManager& mgr, const std::string& tag,
+                                 const TestState& state) {
   auto pending = mgr.save_async(tag, state.content());
   EXPECT_TRUE(pending.is_ok()) << pending.status().to_string();
   if (!pending.is_ok()) return "?";
@@ -218,7 +220,8 @@ inline void expect_verifies(const std::string& dir) {
 
 // Reads every tensor of the checkpoint in `dir` (into reader spans) and compares with `state`:
 // the manifest lists exactly the state's tensors, in the state's order, with its bytes.
-inline void expect_checkpoint_matches(const std::string& dir, const TestState& state, bool verify = true) {
+inline void expect_checkpoint_matches(const std::string& dir, const TestState& state,
+                                      bool verify = true) {
   auto engine = make_engine();
   ASSERT_NE(engine, nullptr);
   FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(dir, engine));
@@ -240,7 +243,8 @@ inline void expect_checkpoint_matches(const std::string& dir, const TestState& s
     ASSERT_EQ(t.length, want->bytes.size()) << t.name;
     if (t.length == 0) continue;
     ASSERT_NE(result.data[i], nullptr) << t.name;
-    EXPECT_EQ("", first_difference(want->bytes, std::span<const std::byte>(result.data[i], t.length)))
+    EXPECT_EQ("",
+              first_difference(want->bytes, std::span<const std::byte>(result.data[i], t.length)))
         << t.name;
   }
   FP_ASSERT_OK_AND_ASSIGN(std::string objects, reader->read_objects());

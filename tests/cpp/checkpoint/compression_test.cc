@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,17 +36,18 @@ std::vector<std::byte> smooth_bytes(size_t bytes, size_t width, uint64_t seed) {
 
 TestState compressible_state() {
   TestState s;
-  auto smooth = [&](const std::string& name, const std::string& dtype, std::vector<uint64_t> shape, uint64_t seed) {
+  auto smooth = [&](const std::string& name, const std::string& dtype, std::vector<uint64_t> shape,
+                    uint64_t seed) {
     OwnedTensor& t = s.add(name, dtype, std::move(shape), seed);
     t.bytes = smooth_bytes(t.bytes.size(), *safetensors_dtype_size(dtype), seed);
   };
-  smooth("w.f32", "F32", {300, 1000}, 1);           // 1.2 MB: many 64 KiB chunks
-  smooth("w.bf16", "BF16", {250001}, 2);            // odd length: a short last chunk
+  smooth("w.f32", "F32", {300, 1000}, 1);  // 1.2 MB: many 64 KiB chunks
+  smooth("w.bf16", "BF16", {250001}, 2);   // odd length: a short last chunk
   smooth("w.f16", "F16", {70000}, 3);
   smooth("w.f64", "F64", {20000}, 4);
   smooth("w.i64", "I64", {30000}, 5);
-  s.add("noise.f32", "F32", {80000}, 6);            // random: stored raw
-  s.add("small.f32", "F32", {100}, 7);              // under 64 KiB: stored raw
+  s.add("noise.f32", "F32", {80000}, 6);  // random: stored raw
+  s.add("small.f32", "F32", {100}, 7);    // under 64 KiB: stored raw
   OwnedTensor& mask = s.add("mask", "BOOL", {200000}, 8);
   for (size_t i = 0; i < mask.bytes.size(); ++i) mask.bytes[i] = std::byte(i % 7 == 0);
   s.add("empty", "F32", {0}, 9);
@@ -68,7 +68,8 @@ CheckpointOptions compressed_options(Compression c, std::optional<int> level = s
 
 class CompressionTest : public ::testing::Test {
  protected:
-  std::string save(const TestState& state, const CheckpointOptions& options, const std::string& tag = "a") {
+  std::string save(const TestState& state, const CheckpointOptions& options,
+                   const std::string& tag = "a") {
     auto mgr = CheckpointManager::open(root_.path(), options);
     EXPECT_TRUE(mgr.is_ok()) << mgr.status().to_string();
     if (!mgr.is_ok()) return "";
@@ -112,10 +113,13 @@ class CompressionTest : public ::testing::Test {
 
 TEST_F(CompressionTest, EachCodecRoundTripsBitIdenticalAndStoresOnlyWhatShrinks) {
   const TestState state = compressible_state();
-  for (auto [c, level] : std::vector<std::pair<Compression, std::optional<int>>>{
-           {Compression::kZstd, std::nullopt}, {Compression::kZstd, 5}, {Compression::kLz4, std::nullopt},
-           {Compression::kLz4, 9}}) {
-    SCOPED_TRACE(std::string(compression_name(c)) + " level " + std::to_string(level.value_or(-100)));
+  for (auto [c, level] :
+       std::vector<std::pair<Compression, std::optional<int>>>{{Compression::kZstd, std::nullopt},
+                                                               {Compression::kZstd, 5},
+                                                               {Compression::kLz4, std::nullopt},
+                                                               {Compression::kLz4, 9}}) {
+    SCOPED_TRACE(std::string(compression_name(c)) + " level " +
+                 std::to_string(level.value_or(-100)));
     const std::string tag = std::string(compression_name(c)) + std::to_string(level.value_or(0));
     const std::string dir = save(state, compressed_options(c, level), tag);
     expect_loads(dir, state);
@@ -177,7 +181,8 @@ TEST_F(CompressionTest, SelectiveBoundedConvertedAndInPlaceLoads) {
     FP_ASSERT_OK_AND_ASSIGN(LoadResult r, reader->load(req));
     EXPECT_EQ(same, f32.bytes);
     std::vector<std::byte> expected(as_f64.size());
-    FP_ASSERT_OK(convert_elements("I64", i64.bytes.data(), "F64", expected.data(), i64.bytes.size() / 8));
+    FP_ASSERT_OK(
+        convert_elements("I64", i64.bytes.data(), "F64", expected.data(), i64.bytes.size() / 8));
     EXPECT_EQ(as_f64, expected);
     (void)wide;
   }
@@ -194,12 +199,13 @@ TEST_F(CompressionTest, SelectiveBoundedConvertedAndInPlaceLoads) {
   {  // read_pieces decodes too, in pieces no larger than asked.
     size_t k = reader->manifest().find_tensor("w.f32").value();
     std::vector<std::byte> got;
-    FP_ASSERT_OK(reader->read_pieces(k, 8192, true, [&](uint64_t offset, const std::byte* data, size_t size) {
-      EXPECT_EQ(offset, got.size());
-      EXPECT_LE(size, 8192u);
-      got.insert(got.end(), data, data + size);
-      return Status::ok();
-    }));
+    FP_ASSERT_OK(reader->read_pieces(k, 8192, true,
+                                     [&](uint64_t offset, const std::byte* data, size_t size) {
+                                       EXPECT_EQ(offset, got.size());
+                                       EXPECT_LE(size, 8192u);
+                                       got.insert(got.end(), data, data + size);
+                                       return Status::ok();
+                                     }));
     EXPECT_EQ(got, state.find("w.f32")->bytes);
     // read() hands out stored bytes of raw tensors only.
     auto refused = reader->read({{k, nullptr, 0}}, true);
@@ -263,8 +269,10 @@ TEST_F(CompressionTest, DamagedFramesAndTablesAreReportedAndNeverLoaded) {
   FP_ASSERT_OK_AND_ASSIGN(Manifest m, read_manifest(dir));
   const ManifestTensor& t = tensor(m, "w.f32");
   const std::string path = dir + "/" + t.file;
-  for (uint64_t at : {t.offset + 100, t.offset + t.stored_length / 2, t.offset + t.stored_length - 3}) {
-    SCOPED_TRACE("byte " + std::to_string(at - t.offset) + " of " + std::to_string(t.stored_length));
+  for (uint64_t at :
+       {t.offset + 100, t.offset + t.stored_length / 2, t.offset + t.stored_length - 3}) {
+    SCOPED_TRACE("byte " + std::to_string(at - t.offset) + " of " +
+                 std::to_string(t.stored_length));
     flip_byte(path, at);
     for (bool verify : {true, false}) {
       auto reader = open(dir);
@@ -274,7 +282,8 @@ TEST_F(CompressionTest, DamagedFramesAndTablesAreReportedAndNeverLoaded) {
       auto r = reader->load(req);
       ASSERT_FALSE(r.is_ok());
       EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
-      EXPECT_NE(r.status().message().find("tensor 'w.f32'"), std::string::npos) << r.status().to_string();
+      EXPECT_NE(r.status().message().find("tensor 'w.f32'"), std::string::npos)
+          << r.status().to_string();
       req.max_memory = 64 * kKiB;  // the streamed route
       r = reader->load(req);
       ASSERT_FALSE(r.is_ok());
@@ -314,7 +323,8 @@ TEST_F(CompressionTest, BadOptionsAreRefused) {
   auto mgr = CheckpointManager::open(root_.path(), o);
   ASSERT_FALSE(mgr.is_ok());
   EXPECT_EQ(mgr.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(mgr.status().message().find("zstd compression level"), std::string::npos) << mgr.status().to_string();
+  EXPECT_NE(mgr.status().message().find("zstd compression level"), std::string::npos)
+      << mgr.status().to_string();
 }
 
 }  // namespace

@@ -3,9 +3,8 @@
 // manifest, a damaged safetensors header, a damaged objects sidecar. Each is reported where it
 // matters (verify names the tensor or file, the reader refuses with kDataLoss, listing skips
 // the directory with a reason) and never silently read as good data.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
@@ -78,7 +77,8 @@ TEST_F(CorruptionTest, FlippedDataByteIsNamedByVerifyAndTheReader) {
   auto bad = reader->read(all_requests(), /*verify=*/true);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss) << bad.status().to_string();
-  EXPECT_NE(bad.status().message().find("'model.layer0.weight'"), std::string::npos) << bad.status().to_string();
+  EXPECT_NE(bad.status().message().find("'model.layer0.weight'"), std::string::npos)
+      << bad.status().to_string();
   EXPECT_EQ(bad.status().path(), victim_ + "/" + t.file);
 
   // Into the caller's memory, too.
@@ -158,7 +158,8 @@ TEST_F(CorruptionTest, GarbageManifestIsSkippedWithAReason) {
   EXPECT_EQ(skipped[0].rfind("victim: ", 0), 0u) << skipped[0];
   EXPECT_NE(skipped[0].find("manifest"), std::string::npos) << skipped[0];
   EXPECT_EQ(CheckpointReader::open(victim_, engine_).status().code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(any_contains(verify().problems, "manifest.json is damaged")) << joined(verify().problems);
+  EXPECT_TRUE(any_contains(verify().problems, "manifest.json is damaged"))
+      << joined(verify().problems);
 
   // An empty manifest (a crash of a filesystem that lies about flushes) too.
   write_text(victim_ + "/manifest.json", "");

@@ -3,13 +3,14 @@
 // the lent memory as it is at persist time, copied pieces as they were at write time), with the
 // record write_sidecar_file gives; a file is created once, a failure leaves none; and
 // check_object_file refuses a file that is not what its record says.
+#include "fastpersist/deferred_file_writer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
 #include "fastpersist/checksum.h"
-#include "fastpersist/deferred_file_writer.h"
 #include "testing/fault_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -52,10 +53,10 @@ TEST(DeferredFileWriter, WritesBorrowedAndCopiedPiecesInOrder) {
   EXPECT_EQ(s.pieces, 3u);  // the copies after the borrowed piece share one block
 
   FP_ASSERT_OK_AND_ASSIGN(ManifestFile rec, w->persist());
-  std::vector<std::byte> want = concat({std::span<const std::byte>(header),
-                                        std::span<const std::byte>(tensor.data() + 4096, (size_t{12} << 20) + 5),
-                                        std::span<const std::byte>(middle),
-                                        std::span<const std::byte>(header.data(), 7)});
+  std::vector<std::byte> want =
+      concat({std::span<const std::byte>(header),
+              std::span<const std::byte>(tensor.data() + 4096, (size_t{12} << 20) + 5),
+              std::span<const std::byte>(middle), std::span<const std::byte>(header.data(), 7)});
   FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("a.pt")));
   EXPECT_TRUE(got == want);
   EXPECT_EQ(rec.name, "a.pt");
@@ -76,7 +77,7 @@ TEST(DeferredFileWriter, APieceReachingPastTheLentRangeIsCopied) {
   w->borrow(tensor.data(), tensor.size() / 2);
   FP_ASSERT_OK(w->write(tensor.data(), tensor.size()));  // half of it lies outside
   EXPECT_EQ(w->stats().borrowed_bytes, 0u);
-  FP_ASSERT_OK(w->write(tensor.data() + 100, 4096));     // below borrow_min_bytes
+  FP_ASSERT_OK(w->write(tensor.data() + 100, 4096));  // below borrow_min_bytes
   EXPECT_EQ(w->stats().borrowed_bytes, 0u);
   std::vector<std::byte> want(tensor.data(), tensor.data() + tensor.size());
   want.insert(want.end(), tensor.data() + 100, tensor.data() + 100 + 4096);
@@ -89,7 +90,8 @@ TEST(DeferredFileWriter, APieceReachingPastTheLentRangeIsCopied) {
 TEST(DeferredFileWriter, RefusesBadNamesAndExistingFiles) {
   TempDir dir;
   for (const char* bad : {"", ".", "..", "a/b", "../x"}) {
-    EXPECT_EQ((DeferredFileWriter::create(dir.path(), bad, options()).status()).code(), StatusCode::kInvalidArgument)
+    EXPECT_EQ((DeferredFileWriter::create(dir.path(), bad, options()).status()).code(),
+              StatusCode::kInvalidArgument)
         << bad;
   }
   std::vector<std::byte> old = random_bytes(10, 5);
@@ -107,16 +109,19 @@ TEST(DeferredFileWriter, RefusesBadNamesAndExistingFiles) {
 
 TEST(DeferredFileWriter, AFailedWriteLeavesNoFile) {
   TempDir dir;
-  FP_ASSERT_OK_AND_ASSIGN(auto faults, FaultInjector::create({.kind = FaultKind::kError, .error = ENOSPC,
-                                                               .nth = 2, .ops = FaultOps::kWrites},
-                                                              Backend::kThreads));
+  FP_ASSERT_OK_AND_ASSIGN(
+      auto faults,
+      FaultInjector::create(
+          {.kind = FaultKind::kError, .error = ENOSPC, .nth = 2, .ops = FaultOps::kWrites},
+          Backend::kThreads));
   EngineOptions eo;
   eo.backend = Backend::kThreads;
   FP_ASSERT_OK_AND_ASSIGN(auto engine, IoEngine::create(eo, faults->factory(), "faulty threads"));
   TestBuffer tensor(size_t{8} << 20);
   fill_random(tensor.span(), 6);
-  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "c", options(true),
-                                                             std::shared_ptr<IoEngine>(std::move(engine))));
+  FP_ASSERT_OK_AND_ASSIGN(auto w,
+                          DeferredFileWriter::create(dir.path(), "c", options(true),
+                                                     std::shared_ptr<IoEngine>(std::move(engine))));
   w->borrow(tensor.data(), tensor.size());
   FP_ASSERT_OK(w->write(tensor.data(), tensor.size()));
   Status st = w->persist().status();

@@ -3,10 +3,9 @@
 // failure is ENOSPC with its path, the temporary directory is gone, older checkpoints stay
 // intact and listed, an uncollected failure is reported by the manager's next call (once), and
 // saving works again once there is room. Needs root for the mount; skipped otherwise.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <chrono>
@@ -45,7 +44,8 @@ class EnospcTest : public ::testing::TestWithParam<bool> {
     small_.objects = "small objects";
     // Three ~10 MiB tensors in three files: more than the filesystem holds, so some files may
     // get their space and another not (the failure stops the others).
-    for (int i = 0; i < 3; ++i) big_.add("big" + std::to_string(i), "U8", {10 * kMiB + 3}, 10 + static_cast<uint64_t>(i));
+    for (int i = 0; i < 3; ++i)
+      big_.add("big" + std::to_string(i), "U8", {10 * kMiB + 3}, 10 + static_cast<uint64_t>(i));
   }
 
   CheckpointOptions options() const {
@@ -165,8 +165,9 @@ TEST_P(EnospcTest, WaitAllAndCloseReportAnUncollectedFailure) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Durability, EnospcTest, ::testing::Bool(),
-                         [](const auto& p) { return p.param ? std::string("Durable") : std::string("NotDurable"); });
+INSTANTIATE_TEST_SUITE_P(Durability, EnospcTest, ::testing::Bool(), [](const auto& p) {
+  return p.param ? std::string("Durable") : std::string("NotDurable");
+});
 
 }  // namespace
 }  // namespace fastpersist::testing

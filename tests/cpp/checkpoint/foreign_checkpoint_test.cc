@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // DeepSpeed tags without a manifest are recognized by their top-level files only: never through
 // a symlink, never with a manifest, never from names that are not DeepSpeed's.
-#include <sys/stat.h>
-#include <unistd.h>
+#include "fastpersist/foreign_checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
-#include "fastpersist/foreign_checkpoint.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/test_util.h"
@@ -28,11 +28,11 @@ TEST(ForeignCheckpoint, FindsDeepSpeedTagsWithoutAManifest) {
   write(root.file("global_step3/mp_rank_00_model_states.pt"), 100);
   write(root.file("global_step3/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"), 250);
   write(root.file("global_step3/notes.txt"), 7);  // not DeepSpeed's: not counted
-  fs::create_directory(root.file("ours"));          // committed by fastpersist: a manifest
+  fs::create_directory(root.file("ours"));        // committed by fastpersist: a manifest
   write(root.file("ours/mp_rank_00_model_states.pt"), 10);
   write(root.file("ours/manifest.json"), 10);
   fs::create_directory(root.file("empty"));
-  fs::create_directory(root.file(".tmp-x-1"));      // not a valid tag name
+  fs::create_directory(root.file(".tmp-x-1"));  // not a valid tag name
   write(root.file(".tmp-x-1/mp_rank_00_model_states.pt"), 10);
   fs::create_directory(root.file("elsewhere"));
   write(root.file("elsewhere/mp_rank_00_model_states.pt"), 10);

@@ -15,8 +15,8 @@
 #include "checkpoint/retention.h"
 #include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
-#include "fastpersist/checksum.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/checksum.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -34,7 +34,8 @@ CheckpointOptions incremental_options(unsigned full_every = 10) {
 // A fine-tuning step: the adapter and one bias change; the rest (the frozen base) does not.
 void train_step(TestState* s, uint64_t seed) {
   for (OwnedTensor& t : s->tensors) {
-    if (t.name == "model.layer1.bias" || t.name == "odd.u8") t.bytes = random_bytes(t.bytes.size(), seed);
+    if (t.name == "model.layer1.bias" || t.name == "odd.u8")
+      t.bytes = random_bytes(t.bytes.size(), seed);
   }
 }
 
@@ -46,7 +47,9 @@ class IncrementalTest : public ::testing::Test {
     mgr_ = std::move(m).value();
   }
   // Saves and returns the base the save referenced ("" for a full checkpoint).
-  std::string save(const std::string& tag, const TestState& s) { return save_and_wait(*mgr_, tag, s); }
+  std::string save(const std::string& tag, const TestState& s) {
+    return save_and_wait(*mgr_, tag, s);
+  }
   void expect_loads(const std::string& tag, const TestState& s) {
     auto reader = CheckpointReader::open(root_.file(tag), engine_);
     ASSERT_TRUE(reader.is_ok()) << reader.status().to_string();
@@ -58,7 +61,8 @@ class IncrementalTest : public ::testing::Test {
       ASSERT_GE(k, 0) << t.name;
       const LoadedTensor& lt = r.tensors[static_cast<size_t>(k)];
       std::span<const std::byte> got;
-      if (lt.buffer != nullptr) got = {lt.buffer->data() + lt.offset, static_cast<size_t>(lt.nbytes)};
+      if (lt.buffer != nullptr)
+        got = {lt.buffer->data() + lt.offset, static_cast<size_t>(lt.nbytes)};
       EXPECT_EQ("", first_difference(t.bytes, got)) << tag << " " << t.name;
     }
   }
@@ -83,7 +87,8 @@ TEST_F(IncrementalTest, UnchangedTensorsAreReferencesAndBothCheckpointsLoadBitId
   ASSERT_TRUE(pending.is_ok());
   ASSERT_TRUE(pending->wait().is_ok());
   EXPECT_EQ(pending->base_tag(), "s1");
-  const uint64_t changed = s.find("model.layer1.bias")->bytes.size() + s.find("odd.u8")->bytes.size();
+  const uint64_t changed =
+      s.find("model.layer1.bias")->bytes.size() + s.find("odd.u8")->bytes.size();
   EXPECT_EQ(pending->referenced_bytes(), s.total_bytes() - changed);
 
   Manifest m1 = manifest("s1");
@@ -192,7 +197,8 @@ TEST_F(IncrementalTest, RemovingAReferencedBaseIsRefusedUntilItsUsersAreGone) {
   save("s2", s);
   Status st = mgr_->remove("s1");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("base of incremental checkpoint(s) s2"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("base of incremental checkpoint(s) s2"), std::string::npos)
+      << st.to_string();
   EXPECT_TRUE(path_exists(root_.file("s1")));
   expect_loads("s2", s);
   FP_ASSERT_OK(mgr_->remove("s2"));
@@ -286,7 +292,8 @@ TEST_F(IncrementalTest, AForgedBaseDigestIsReportedAndNeverReferenced) {
   const ManifestTensor& bias = base.tensors[base.find_tensor("model.layer1.bias").value()];
   ASSERT_TRUE(bias.digest.has_value());
   const std::string old_hex = digest_to_hex(*bias.digest);
-  const std::string forged_hex = digest_to_hex(xxh3_128(changed_bytes.data(), changed_bytes.size()));
+  const std::string forged_hex =
+      digest_to_hex(xxh3_128(changed_bytes.data(), changed_bytes.size()));
   const std::string path = root_.file("s1") + "/manifest.json";
   FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> raw, read_whole_file(path));
   std::string text(reinterpret_cast<const char*>(raw.data()), raw.size());

@@ -2,9 +2,8 @@
 // latest_checkpoint is the newest committed checkpoint by commit order, whatever <root>/latest
 // says (missing, garbage, older, removed, damaged); a manager opening the root repairs a stale
 // pointer file for other tools, and a manager removing the checkpoint it names repoints it.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -123,7 +122,8 @@ TEST_F(LatestPointerTest, RemovingTheLastCheckpointRemovesThePointer) {
 // when the pointer lags (written here by hand, as a crash would leave it).
 TEST_F(LatestPointerTest, PruneRemovingTheCheckpointALaggingPointerNamesRepointsIt) {
   write_text(pointer_, "a\n");
-  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> removed, mgr_->prune(1, std::nullopt, false, nullptr));
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> removed,
+                          mgr_->prune(1, std::nullopt, false, nullptr));
   EXPECT_EQ(removed, (std::vector<std::string>{"a", "c"}));
   EXPECT_EQ(read_text(pointer_), "b\n");
 }

@@ -2,10 +2,9 @@
 // What list_checkpoints counts as a checkpoint: only directories with a valid tag name and a
 // manifest that passes the cheap checks. The manager's own files, foreign files and folders
 // are neither listed nor reported as damaged.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"

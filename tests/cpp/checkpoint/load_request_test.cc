@@ -2,10 +2,9 @@
 // CheckpointReader::load: selection and aliases, destinations checked before any read
 // (capacity, shape, dtype, strides, writability), strict reports that list every problem with
 // names of any character, dtype conversion, the memory budget's pieces, progress, verification.
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
@@ -42,8 +41,8 @@ class LoadRequestTest : public ::testing::Test {
   std::unique_ptr<CheckpointReader> reader_;
 };
 
-LoadDestination destination(const std::string& name, std::vector<std::byte>& memory, const std::string& dtype,
-                            std::vector<uint64_t> shape) {
+LoadDestination destination(const std::string& name, std::vector<std::byte>& memory,
+                            const std::string& dtype, std::vector<uint64_t> shape) {
   return {name, memory.data(), memory.size(), dtype, std::move(shape), {}};
 }
 
@@ -57,7 +56,8 @@ TEST_F(LoadRequestTest, EverythingIntoNewMemoryMatchesTheSavedBytes) {
   ASSERT_EQ(r.tensors.size(), state.tensors.size());
   for (const OwnedTensor& t : state.tensors) {
     EXPECT_EQ("", first_difference(t.bytes, bytes_of(r, t.name))) << t.name;
-    const LoadedTensor& lt = r.tensors[static_cast<size_t>(r.loaded_index[*reader_->manifest().find_tensor(t.name)])];
+    const LoadedTensor& lt =
+        r.tensors[static_cast<size_t>(r.loaded_index[*reader_->manifest().find_tensor(t.name)])];
     EXPECT_EQ(lt.offset % find_dtype(t.dtype)->size, 0u) << t.name << " is aligned for its dtype";
   }
   ASSERT_FALSE(progress.empty());
@@ -83,7 +83,8 @@ TEST_F(LoadRequestTest, DestinationsTooSmallForTheirShapeAreRefusedBeforeAnyRead
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("destination of 'a:b' holds 64 bytes"), std::string::npos)
         << r.status().to_string();
-    EXPECT_TRUE(std::all_of(memory.begin(), memory.end(), [](std::byte b) { return b == std::byte{0x5a}; }));
+    EXPECT_TRUE(std::all_of(memory.begin(), memory.end(),
+                            [](std::byte b) { return b == std::byte{0x5a}; }));
   }
   // A destination of a smaller dtype size than its shape needs.
   LoadRequest req;
@@ -98,7 +99,8 @@ TEST_F(LoadRequestTest, ReadRefusesADestinationSmallerThanItsTensorBeforeAnyRead
   std::vector<std::byte> memory(4000, std::byte{0x11});
   auto r = reader_->read({{0, memory.data(), 3999}}, /*verify=*/true);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(std::all_of(memory.begin(), memory.end(), [](std::byte b) { return b == std::byte{0x11}; }));
+  EXPECT_TRUE(
+      std::all_of(memory.begin(), memory.end(), [](std::byte b) { return b == std::byte{0x11}; }));
   FP_EXPECT_OK(reader_->read({{0, memory.data(), 4000}}, /*verify=*/true).status());
   EXPECT_EQ("", first_difference(state.tensors[0].bytes, memory));
 }
@@ -120,19 +122,24 @@ TEST_F(LoadRequestTest, StrictListsEveryProblemAndNonStrictLoadsWhatMatches) {
   const std::string& msg = strict.status().message();
   EXPECT_NE(msg.find("missing from the checkpoint: ghost:1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("in the checkpoint but not in into=: extra"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("shape mismatch: " + odd + ": checkpoint (4,), destination (2, 2)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shape mismatch: " + odd + ": checkpoint (4,), destination (2, 2)"),
+            std::string::npos)
+      << msg;
   EXPECT_EQ(ok[0], std::byte{2}) << "strict failures happen before any read";
 
   req.strict = false;
   FP_ASSERT_OK_AND_ASSIGN(LoadResult r, reader_->load(req));
-  EXPECT_EQ(r.destinations, (std::vector<DestinationState>{DestinationState::kUnused, DestinationState::kFilled,
-                                                            DestinationState::kUnused}));
+  EXPECT_EQ(r.destinations,
+            (std::vector<DestinationState>{DestinationState::kUnused, DestinationState::kFilled,
+                                           DestinationState::kUnused}));
   EXPECT_EQ(r.missing, std::vector<std::string>{"ghost:1"});
   EXPECT_EQ(r.unexpected, std::vector<std::string>{"extra"});
   ASSERT_EQ(r.mismatched.size(), 1u);
   EXPECT_EQ("", first_difference(state.tensors[1].bytes, ok));
-  EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](std::byte b) { return b == std::byte{1}; }));
-  EXPECT_EQ("", first_difference(state.tensors[0].bytes, bytes_of(r, odd))) << "loaded into new memory instead";
+  EXPECT_TRUE(
+      std::all_of(small.begin(), small.end(), [](std::byte b) { return b == std::byte{1}; }));
+  EXPECT_EQ("", first_difference(state.tensors[0].bytes, bytes_of(r, odd)))
+      << "loaded into new memory instead";
 }
 
 TEST_F(LoadRequestTest, SelectionByNameResolvesAliases) {
@@ -144,7 +151,8 @@ TEST_F(LoadRequestTest, SelectionByNameResolvesAliases) {
   FP_ASSERT_OK_AND_ASSIGN(LoadResult r, reader_->load(req));
   EXPECT_EQ(r.tensors.size(), 2u);
   EXPECT_EQ(r.missing, std::vector<std::string>{"no.such"});
-  EXPECT_EQ("", first_difference(state.find("model.embed.weight")->bytes, bytes_of(r, "model.embed.weight")));
+  EXPECT_EQ("", first_difference(state.find("model.embed.weight")->bytes,
+                                 bytes_of(r, "model.embed.weight")));
   EXPECT_EQ(r.loaded_index[*reader_->manifest().find_tensor("model.layer0.bias")], -1);
   req.strict = true;
   EXPECT_EQ(reader_->load(req).status().code(), StatusCode::kInvalidArgument);
@@ -159,16 +167,17 @@ TEST_F(LoadRequestTest, DtypeConversionMatchesConvertElementsAndConflictsAreReje
   FP_ASSERT_OK_AND_ASSIGN(LoadResult r, reader_->load(req));
   auto check = [&](const std::string& name, const std::string& want) {
     const OwnedTensor* t = state.find(name);
-    const LoadedTensor& lt = r.tensors[static_cast<size_t>(r.loaded_index[*reader_->manifest().find_tensor(name)])];
+    const LoadedTensor& lt =
+        r.tensors[static_cast<size_t>(r.loaded_index[*reader_->manifest().find_tensor(name)])];
     EXPECT_EQ(lt.dtype, want) << name;
     size_t count = t->bytes.size() / find_dtype(t->dtype)->size;
     std::vector<std::byte> expected(count * find_dtype(want)->size);
     FP_ASSERT_OK(convert_elements(t->dtype, t->bytes.data(), want, expected.data(), count));
     EXPECT_EQ("", first_difference(expected, bytes_of(r, name))) << name;
   };
-  check("model.embed.weight", "BF16");   // blanket: floats only
+  check("model.embed.weight", "BF16");  // blanket: floats only
   check("odd.f16", "BF16");
-  check("model.head.weight", "F16");     // by name wins
+  check("model.head.weight", "F16");      // by name wins
   check("optimizer.step_counts", "F32");  // an integer converted by name
   check("tokens", "U8");                  // the blanket dtype leaves integers alone
 
@@ -230,7 +239,7 @@ TEST_F(LoadRequestTest, ReadOnlyMemoryIsRefusedNotWritten) {
 
 TEST_F(LoadRequestTest, BudgetStreamsLargeConvertedTensorsInPiecesWithProgress) {
   TestState state;
-  state.add("big", "F32", {300000}, 21);   // 1.2 MB, 4.6x the budget
+  state.add("big", "F32", {300000}, 21);  // 1.2 MB, 4.6x the budget
   state.add("small", "F16", {1000}, 22);
   save(state);
   std::vector<std::byte> dest(300000 * 2);
@@ -267,7 +276,8 @@ TEST_F(LoadRequestTest, DamagedTensorIsDataLossNamingItOnEveryRoute) {
     auto r = reader_->load(req);
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find("tensor 'w' in " + t.file), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("tensor 'w' in " + t.file), std::string::npos)
+        << r.status().to_string();
   }
   LoadRequest unchecked;
   unchecked.verify = false;

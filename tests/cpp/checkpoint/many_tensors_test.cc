@@ -70,10 +70,11 @@ TEST(ManyTensorsTest, VerifyAndListingOfThirtyThousandTensorsInOneFileAreLinear)
   const ScanSeconds small = time_scans(7500);
   const ScanSeconds large = time_scans(30000);
   EXPECT_LT(large.list, 10 * small.list + 0.02)
-      << "listing (manifest decoding) is not linear: " << small.list << " s for 7500, " << large.list << " s for 30000";
+      << "listing (manifest decoding) is not linear: " << small.list << " s for 7500, "
+      << large.list << " s for 30000";
   EXPECT_LT(large.verify, 10 * small.verify + 0.02)
-      << "verify is not linear in the tensors of one file: " << small.verify << " s for 7500, " << large.verify
-      << " s for 30000";
+      << "verify is not linear in the tensors of one file: " << small.verify << " s for 7500, "
+      << large.verify << " s for 30000";
 }
 
 }  // namespace

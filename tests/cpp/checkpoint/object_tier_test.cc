@@ -5,8 +5,9 @@
 // commit marker; retention in the store; pulls back with every byte checked; a damaged local
 // copy never uploaded; an unreachable store never failing a local save; what a drain that died
 // left removed; verification of a stored checkpoint.
-#include <gtest/gtest.h>
+#include "checkpoint/object_tier.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/object_tier.h"
 #include "checkpoint/part_upload.h"
 #include "checkpoint/tier_drain.h"
 #include "fastpersist/checkpoint.h"
@@ -41,7 +41,9 @@ TestState big_state(int64_t step) {
 
 class ObjectTierTest : public ::testing::Test {
  protected:
-  void SetUp() override { store_ = std::make_shared<DirObjectStore>(dir_.file("store"), "test://bucket/run"); }
+  void SetUp() override {
+    store_ = std::make_shared<DirObjectStore>(dir_.file("store"), "test://bucket/run");
+  }
 
   std::string local() const { return dir_.file("local"); }
 
@@ -142,7 +144,8 @@ TEST_F(ObjectTierTest, KeepsItsOwnRetentionAndSendsIncrementalBasesFirst) {
   EXPECT_TRUE(scan.damaged.empty()) << scan.damaged.front().reason;
   for (const CheckpointInfo& c : scan.committed) {
     for (const std::string& base : c.references) {
-      EXPECT_NE(std::find(there.begin(), there.end(), base), there.end()) << c.tag << " lost its base " << base;
+      EXPECT_NE(std::find(there.begin(), there.end(), base), there.end())
+          << c.tag << " lost its base " << base;
     }
   }
   // Verified in the store, an incremental checkpoint is whole: its base is committed there
@@ -150,7 +153,8 @@ TEST_F(ObjectTierTest, KeepsItsOwnRetentionAndSendsIncrementalBasesFirst) {
   auto engine = make_engine();
   const std::string scratch = dir_.file("scratch");
   ASSERT_EQ(::mkdir(scratch.c_str(), 0700), 0);
-  FP_ASSERT_OK_AND_ASSIGN(VerifyReport verified, checkpoint::verify_object_checkpoint(objects, "s4", scratch, *engine));
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport verified,
+                          checkpoint::verify_object_checkpoint(objects, "s4", scratch, *engine));
   EXPECT_TRUE(verified.ok()) << verified.problems.front();
   // Pulled back into a new root (bases first), the newest loads as saved.
   const std::string fresh = dir_.file("fresh");
@@ -180,8 +184,9 @@ TEST_F(ObjectTierTest, APullRefusesReferencesTheBaseDoesNotRecord) {
   }
   checkpoint::ObjectTier objects(store_, {kPart, 4});
   FP_ASSERT_OK_AND_ASSIGN(Manifest forged, objects.read_manifest("s2"));
-  auto referenced = std::find_if(forged.tensors.begin(), forged.tensors.end(),
-                                 [](const ManifestTensor& x) { return x.file.find('/') != std::string::npos; });
+  auto referenced =
+      std::find_if(forged.tensors.begin(), forged.tensors.end(),
+                   [](const ManifestTensor& x) { return x.file.find('/') != std::string::npos; });
   ASSERT_NE(referenced, forged.tensors.end()) << "s2 references s1";
   referenced->checksum ^= 1;
   forged.fingerprint = manifest_fingerprint(forged.tensors);
@@ -194,7 +199,8 @@ TEST_F(ObjectTierTest, APullRefusesReferencesTheBaseDoesNotRecord) {
   auto pulled = m->pull(store_->url(), "s2");
   ASSERT_FALSE(pulled.is_ok());
   EXPECT_EQ(pulled.status().code(), StatusCode::kDataLoss) << pulled.status().to_string();
-  EXPECT_NE(pulled.status().message().find("is not what checkpoint 's1' records there"), std::string::npos)
+  EXPECT_NE(pulled.status().message().find("is not what checkpoint 's1' records there"),
+            std::string::npos)
       << pulled.status().to_string();
   EXPECT_EQ(joined(listed_tags(fresh)), joined({"s1"})) << "nothing forged is committed";
   FP_ASSERT_OK(m->close());
@@ -219,7 +225,8 @@ TEST_F(ObjectTierTest, ADamagedLocalCopyIsNeverUploaded) {
   auto up = objects.upload(local(), "s1", *engine);
   ASSERT_FALSE(up.is_ok());
   EXPECT_EQ(up.status().code(), StatusCode::kDataLoss) << up.status().to_string();
-  EXPECT_NE(up.status().message().find("model.big.weight"), std::string::npos) << up.status().message();
+  EXPECT_NE(up.status().message().find("model.big.weight"), std::string::npos)
+      << up.status().message();
   EXPECT_TRUE(tier_tags().empty());
   FP_ASSERT_OK_AND_ASSIGN(std::vector<ObjectEntry> left, store_->list(""));
   EXPECT_TRUE(left.empty()) << left.front().key << ": a failed upload leaves nothing";
@@ -259,7 +266,8 @@ TEST_F(ObjectTierTest, MemoryRunningOutInADrainIsAFailureNotAnAbort) {
   Status waited = m->wait_drains();
   ASSERT_FALSE(waited.is_ok());
   EXPECT_EQ(waited.sys_errno(), ENOMEM) << waited.to_string();
-  EXPECT_NE(waited.to_string().find("a drain pass ran out of memory"), std::string::npos) << waited.to_string();
+  EXPECT_NE(waited.to_string().find("a drain pass ran out of memory"), std::string::npos)
+      << waited.to_string();
   store_->out_of_memory = false;
   FP_ASSERT_OK(m->wait_drains());
   EXPECT_EQ(joined(tier_tags()), joined({"s1"}));
@@ -284,9 +292,11 @@ TEST_F(ObjectTierTest, WhatADrainThatDiedLeftIsRemovedAndNeverListed) {
   EXPECT_TRUE(left.empty());
   EXPECT_TRUE(store_->open_uploads().empty());
   auto engine = make_engine();
-  FP_ASSERT_OK_AND_ASSIGN(checkpoint::CopyResult copied, target->receive(local(), "s1", *engine, {}));
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::CopyResult copied,
+                          target->receive(local(), "s1", *engine, {}));
   EXPECT_TRUE(copied.copied);
-  FP_ASSERT_OK_AND_ASSIGN(checkpoint::CopyResult again, target->receive(local(), "s1", *engine, {}));
+  FP_ASSERT_OK_AND_ASSIGN(checkpoint::CopyResult again,
+                          target->receive(local(), "s1", *engine, {}));
   EXPECT_FALSE(again.copied) << "already there: not sent twice";
   FP_ASSERT_OK(target->close());
 }
@@ -304,7 +314,8 @@ TEST_F(ObjectTierTest, VerifyFindsDamageInTheStoreAndAPullRefusesIt) {
   auto engine = make_engine();
   const std::string scratch = dir_.file("scratch");
   ASSERT_EQ(::mkdir(scratch.c_str(), 0700), 0);
-  FP_ASSERT_OK_AND_ASSIGN(VerifyReport intact, checkpoint::verify_object_checkpoint(objects, "s1", scratch, *engine));
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport intact,
+                          checkpoint::verify_object_checkpoint(objects, "s1", scratch, *engine));
   EXPECT_TRUE(intact.ok()) << intact.problems.front();
   EXPECT_GT(intact.bytes_checked, s.total_bytes());
 
@@ -316,7 +327,8 @@ TEST_F(ObjectTierTest, VerifyFindsDamageInTheStoreAndAPullRefusesIt) {
   std::string bytes = store_->read(key);
   bytes[static_cast<size_t>(big->offset + 7 * kMiB)] ^= 0x20;
   store_->write(key, bytes);
-  FP_ASSERT_OK_AND_ASSIGN(VerifyReport damaged, checkpoint::verify_object_checkpoint(objects, "s1", scratch, *engine));
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport damaged,
+                          checkpoint::verify_object_checkpoint(objects, "s1", scratch, *engine));
   ASSERT_FALSE(damaged.ok());
   EXPECT_TRUE(any_contains(damaged.problems, "model.big.weight")) << damaged.problems.front();
   EXPECT_TRUE(names_with_prefix(scratch, ".fp-verify-").empty()) << "the scratch copy is removed";
@@ -335,7 +347,8 @@ TEST_F(ObjectTierTest, VerifyFindsDamageInTheStoreAndAPullRefusesIt) {
   FP_ASSERT_OK_AND_ASSIGN(checkpoint::RootScan scan, objects.scan());
   EXPECT_TRUE(scan.committed.empty());
   ASSERT_EQ(scan.damaged.size(), 1u);
-  EXPECT_NE(scan.damaged[0].reason.find("the manifest says"), std::string::npos) << scan.damaged[0].reason;
+  EXPECT_NE(scan.damaged[0].reason.find("the manifest says"), std::string::npos)
+      << scan.damaged[0].reason;
 }
 
 // A listing is untrusted: one that claims a 3 GiB manifest for an object of a few KiB makes no
@@ -356,7 +369,8 @@ TEST_F(ObjectTierTest, AListingThatClaimsAHugeManifestAllocatesNothingOfIt) {
   auto read = objects.read_manifest("s1");
   ASSERT_FALSE(read.is_ok());
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss) << read.status().to_string();
-  EXPECT_NE(read.status().message().find("the object ends before"), std::string::npos) << read.status().to_string();
+  EXPECT_NE(read.status().message().find("the object ends before"), std::string::npos)
+      << read.status().to_string();
   FP_ASSERT_OK_AND_ASSIGN(checkpoint::RootScan scan, objects.scan());
   EXPECT_TRUE(scan.committed.empty());
   EXPECT_EQ(scan.damaged.size(), 1u);
@@ -382,7 +396,8 @@ TEST_F(ObjectTierTest, AFailedPartAbortsTheUploadAndRemovesWhatWasSent) {
   auto engine = make_engine();
   auto up = objects.upload(local(), "s1", *engine);
   ASSERT_FALSE(up.is_ok());
-  EXPECT_NE(up.status().message().find("injected failure"), std::string::npos) << up.status().to_string();
+  EXPECT_NE(up.status().message().find("injected failure"), std::string::npos)
+      << up.status().to_string();
   store_->fail_key.clear();
   EXPECT_TRUE(store_->open_uploads().empty());
   FP_ASSERT_OK_AND_ASSIGN(std::vector<ObjectEntry> left, store_->list(""));
@@ -435,7 +450,8 @@ TEST(ObjectStoreOpener, WithoutOneAUrlSaysWhatIsMissing) {
   auto opened = open_object_store("s3://bucket/run");
   ASSERT_FALSE(opened.is_ok());
   EXPECT_EQ(opened.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(opened.status().message().find("boto3"), std::string::npos) << opened.status().message();
+  EXPECT_NE(opened.status().message().find("boto3"), std::string::npos)
+      << opened.status().message();
   TierOptions t;
   t.path = "s3://bucket/run";
   EXPECT_TRUE(t.is_object_store());
@@ -506,7 +522,8 @@ TEST(PartUploaderTest, MisuseAndFailuresAreErrorsNotHangs) {
   FP_ASSERT_OK(failing.begin("bad-object", big.size()));
   Status st;
   for (size_t off = 0; off < big.size() && st.is_ok(); off += part) {
-    st = failing.feed(reinterpret_cast<const std::byte*>(big.data() + off), static_cast<size_t>(part));
+    st = failing.feed(reinterpret_cast<const std::byte*>(big.data() + off),
+                      static_cast<size_t>(part));
   }
   if (st.is_ok()) st = failing.end();
   if (st.is_ok()) st = failing.finish_all();

@@ -3,10 +3,9 @@
 // convert.py once disagreed on, a directory with data files but no manifest.json.
 #include "fastpersist/path_kind.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <string>
 
@@ -86,12 +85,12 @@ TEST_F(PathKindTest, MissingSaysWhy) {
 
 TEST(PathKindNames, EveryKindHasANameAndADescription) {
   EXPECT_EQ(path_kind_name(PathKind::kIncompleteCheckpoint), "incomplete_checkpoint");
-  EXPECT_EQ(describe_path_kind(PathKind::kIncompleteCheckpoint).rfind(
-                "an incomplete or foreign checkpoint directory", 0),
+  EXPECT_EQ(describe_path_kind(PathKind::kIncompleteCheckpoint)
+                .rfind("an incomplete or foreign checkpoint directory", 0),
             0u);
-  for (PathKind k : {PathKind::kMissing, PathKind::kCheckpoint, PathKind::kIncompleteCheckpoint,
-                     PathKind::kRoot, PathKind::kSafetensors, PathKind::kTorchFile,
-                     PathKind::kOtherFile}) {
+  for (PathKind k :
+       {PathKind::kMissing, PathKind::kCheckpoint, PathKind::kIncompleteCheckpoint, PathKind::kRoot,
+        PathKind::kSafetensors, PathKind::kTorchFile, PathKind::kOtherFile}) {
     EXPECT_FALSE(path_kind_name(k).empty());
     EXPECT_FALSE(describe_path_kind(k).empty());
   }

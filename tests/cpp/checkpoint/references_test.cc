@@ -4,10 +4,9 @@
 // read and verified through them. A reference that is missing, or that a symbolic link or a
 // ".." would lead out of the root, makes the checkpoint damaged, never a crash or an escape.
 // Also: a tensor in an encoding this build does not know is refused for reading, by name.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
@@ -48,7 +47,9 @@ class ReferencesTest : public ::testing::Test {
   }
 
   std::string incr_dir() const { return root_.file("incr"); }
-  void write_manifest(const Manifest& m) { write_text(incr_dir() + "/manifest.json", encode_manifest(m)); }
+  void write_manifest(const Manifest& m) {
+    write_text(incr_dir() + "/manifest.json", encode_manifest(m));
+  }
 
   // "incr" is reported damaged by listing, verify and the reader, with `why` in each message.
   void expect_damaged(const std::string& why) {
@@ -63,7 +64,8 @@ class ReferencesTest : public ::testing::Test {
     auto reader = CheckpointReader::open(incr_dir(), engine_);
     ASSERT_FALSE(reader.is_ok());
     EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss) << reader.status().to_string();
-    EXPECT_NE(reader.status().message().find(why), std::string::npos) << reader.status().to_string();
+    EXPECT_NE(reader.status().message().find(why), std::string::npos)
+        << reader.status().to_string();
   }
 
   TempDir root_;
@@ -151,14 +153,15 @@ TEST_F(ReferencesTest, UnknownEncodingIsRefusedForReadingByName) {
   // The cheap checks pass: the manifest is well formed, only this build cannot decode it.
   EXPECT_EQ(listed_tags(root_.path()), (std::vector<std::string>{"base", "incr"}));
   FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(incr_dir(), engine_));
-  const std::string why = "tensor '" + m.tensors[k].name + "': encoding \"delta-xor\" is not supported";
+  const std::string why =
+      "tensor '" + m.tensors[k].name + "': encoding \"delta-xor\" is not supported";
   auto refused = reader->read({{k, nullptr}}, /*verify=*/true);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().to_string();
-  EXPECT_NE(refused.status().message().find(why), std::string::npos) << refused.status().to_string();
-  Status pieces = reader->read_pieces(k, 4096, true, [](uint64_t, const std::byte*, size_t) {
-    return Status::ok();
-  });
+  EXPECT_NE(refused.status().message().find(why), std::string::npos)
+      << refused.status().to_string();
+  Status pieces = reader->read_pieces(
+      k, 4096, true, [](uint64_t, const std::byte*, size_t) { return Status::ok(); });
   EXPECT_EQ(pieces.code(), StatusCode::kUnavailable) << pieces.to_string();
   // Every other tensor still reads.
   FP_ASSERT_OK(reader->read({{k == 0 ? size_t{1} : size_t{0}, nullptr}}, true).status());

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Retention: keep_last / keep_every applied after each commit and by prune(); the newest
 // checkpoint is never removed; remove() of a tag and of an unknown tag.
+#include "checkpoint/retention.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/fs.h>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/retention.h"
 #include "checkpoint/root_scan.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
@@ -30,7 +31,8 @@ using Tags = std::vector<std::string>;
 // xfs); ok() is false elsewhere.
 class ImmutableDir {
  public:
-  explicit ImmutableDir(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_DIRECTORY)) {
+  explicit ImmutableDir(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDONLY | O_DIRECTORY)) {
     if (fd_ >= 0 && set(true)) ok_ = true;
   }
   ~ImmutableDir() {
@@ -98,7 +100,8 @@ TEST_F(RetentionTest, FailedRetentionDoesNotFailTheCommittedSave) {
   save_steps(*mgr, 1, 1);
   {
     ImmutableDir pinned(dir_.file("step-1"));
-    if (!pinned.ok()) GTEST_SKIP() << "cannot set the immutable flag here (needs root and ext4/xfs)";
+    if (!pinned.ok())
+      GTEST_SKIP() << "cannot set the immutable flag here (needs root and ext4/xfs)";
     TestState s = tiny_state(2);
     FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("step-2", s.content()));
     FP_EXPECT_OK(p.wait());
@@ -149,7 +152,8 @@ TEST_F(RetentionTest, VerifiedPruneKeepsTheNewestIntactCheckpoint) {
 TEST(DemoteDamagedTest, ChecksNewestFirstUntilEnoughAreIntact) {
   checkpoint::RootScan scan;
   for (uint64_t seq = 1; seq <= 6; ++seq) {
-    scan.committed.push_back({"t" + std::to_string(seq), static_cast<int64_t>(seq), seq, 0, 0, 0, 0, 0});
+    scan.committed.push_back(
+        {"t" + std::to_string(seq), static_cast<int64_t>(seq), seq, 0, 0, 0, 0, 0});
   }
   std::vector<std::string> checked;
   auto found = checkpoint::demote_damaged(&scan, 2, [&](const CheckpointInfo& c) {
@@ -225,7 +229,8 @@ TEST_F(RetentionTest, ASaveWhoseCommitIsUndoneNeverCostsAnOlderCheckpoint) {
   std::thread pruner([&] {
     while (saving.load()) {
       auto removed = mgr->prune(2, std::nullopt);
-      if (removed.is_ok()) wrongly_removed.insert(wrongly_removed.end(), removed->begin(), removed->end());
+      if (removed.is_ok())
+        wrongly_removed.insert(wrongly_removed.end(), removed->begin(), removed->end());
       ++prunes;
     }
   });
@@ -239,7 +244,8 @@ TEST_F(RetentionTest, ASaveWhoseCommitIsUndoneNeverCostsAnOlderCheckpoint) {
   pruner.join();
   EXPECT_EQ(undone, 300) << "every save is undone";
   EXPECT_GT(prunes.load(), 0);
-  EXPECT_TRUE(wrongly_removed.empty()) << wrongly_removed.size() << " removed, first " << wrongly_removed[0];
+  EXPECT_TRUE(wrongly_removed.empty())
+      << wrongly_removed.size() << " removed, first " << wrongly_removed[0];
   EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-1", "step-2"}));
 }
 
@@ -310,8 +316,11 @@ TEST(SelectDamagedForRemovalTest, Policies) {
     i.step = static_cast<int64_t>(seq) * 10;
     scan.committed.push_back(i);
   }
-  scan.damaged = {{"old", "", 1, 15},  {"mid", "", 5, 55}, {"milestone", "", 3, 40},
-                  {"unknown", "", std::nullopt, std::nullopt}, {"newest", "", 9, 95}};
+  scan.damaged = {{"old", "", 1, 15},
+                  {"mid", "", 5, 55},
+                  {"milestone", "", 3, 40},
+                  {"unknown", "", std::nullopt, std::nullopt},
+                  {"newest", "", 9, 95}};
   using checkpoint::select_damaged_for_removal;
   EXPECT_TRUE(select_damaged_for_removal(scan, std::nullopt, std::nullopt).empty());
   EXPECT_TRUE(select_damaged_for_removal(scan, std::nullopt, 10).empty());
@@ -419,7 +428,7 @@ TEST(SelectForRemovalTest, Policies) {
   EXPECT_EQ(select_for_removal(all, 2, std::nullopt), (Tags{"a", "b", "c"}));
   EXPECT_EQ(select_for_removal(all, 0, std::nullopt), (Tags{"a", "b", "c", "d"}));
   EXPECT_EQ(select_for_removal(all, 1, 20), (Tags{"a", "c"}));  // no step: never a milestone
-  EXPECT_EQ(select_for_removal(all, 1, 0), (Tags{"a", "b", "c", "d"}));   // K <= 0 ignored
+  EXPECT_EQ(select_for_removal(all, 1, 0), (Tags{"a", "b", "c", "d"}));  // K <= 0 ignored
   EXPECT_EQ(select_for_removal(all, 1, -10), (Tags{"a", "b", "c", "d"}));
 }
 

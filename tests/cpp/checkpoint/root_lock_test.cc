@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // One writer per root: a second manager is refused (kBusy naming the holder's pid) until the
 // first closes; opening a root removes the debris of crashed saves and nothing else.
+#include "checkpoint/root_lock.h"
+
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/root_lock.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "testing/status_matchers.h"
@@ -23,7 +23,8 @@ TEST(RootLockTest, SecondManagerIsBusyUntilTheFirstCloses) {
     auto second = CheckpointManager::open(dir.path(), small_options());
     ASSERT_FALSE(second.is_ok());
     EXPECT_EQ(second.status().code(), StatusCode::kBusy) << second.status().to_string();
-    EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())), std::string::npos)
+    EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())),
+              std::string::npos)
         << second.status().to_string();
   }
   // The refused open did not disturb the holder.
@@ -49,7 +50,8 @@ TEST(RootLockTest, LockObjectDirectly) {
   EXPECT_FALSE(a.held());
   FP_ASSERT_OK_AND_ASSIGN(checkpoint::RootLock c, checkpoint::RootLock::acquire(dir.path()));
   EXPECT_TRUE(c.held());
-  EXPECT_EQ(checkpoint::RootLock::acquire(dir.file("missing/dir")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(checkpoint::RootLock::acquire(dir.file("missing/dir")).status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST(RootLockTest, OpenRemovesDebrisAndNothingElse) {

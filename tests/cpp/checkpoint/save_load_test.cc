@@ -3,9 +3,8 @@
 // than a staging window) saved across several data files, read back with and without
 // destinations, verified; the data files are valid, aligned safetensors that agree with the
 // manifest; listing and the latest pointer follow the commit order.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <set>
@@ -87,7 +86,8 @@ TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
       ASSERT_NE(want, nullptr);
       EXPECT_EQ(result.spans[i], nullptr);
       EXPECT_EQ(result.data[i], dest[i].data());
-      EXPECT_EQ("", first_difference(want->bytes, std::span<const std::byte>(dest[i].data(), want->bytes.size())))
+      EXPECT_EQ("", first_difference(want->bytes, std::span<const std::byte>(dest[i].data(),
+                                                                             want->bytes.size())))
           << m.tensors[i].name;
     }
   }
@@ -103,7 +103,8 @@ TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
       requests.push_back({k, nullptr});
     }
   }
-  FP_ASSERT_OK_AND_ASSIGN(auto result, reader->read(requests, /*verify=*/true, 0, /*max_gap_bytes=*/0));
+  FP_ASSERT_OK_AND_ASSIGN(auto result,
+                          reader->read(requests, /*verify=*/true, 0, /*max_gap_bytes=*/0));
   for (size_t r = 0; r < requests.size(); ++r) {
     const ManifestTensor& t = m.tensors[requests[r].tensor];
     const OwnedTensor* want = state.find(t.name);
@@ -120,7 +121,9 @@ TEST_F(SaveLoadTest, ReadIntoDestinationsAndSpansMixed) {
       size_t elem = *safetensors_dtype_size(t.dtype);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(result.data[r]) % elem, 0u) << t.name;
     }
-    EXPECT_EQ("", first_difference(want->bytes, std::span<const std::byte>(result.data[r], t.length))) << t.name;
+    EXPECT_EQ("",
+              first_difference(want->bytes, std::span<const std::byte>(result.data[r], t.length)))
+        << t.name;
   }
 
   // A subset, and an index out of range.
@@ -164,7 +167,8 @@ TEST_F(SaveLoadTest, ReadPiecesStreamsEveryTensorInOrder) {
   auto noop = [](uint64_t, const std::byte*, size_t) { return Status::ok(); };
   EXPECT_EQ(reader->read_pieces(0, 1000, true, noop).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reader->read_pieces(0, 0, true, noop).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(reader->read_pieces(m.tensors.size(), 4096, true, noop).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reader->read_pieces(m.tensors.size(), 4096, true, noop).code(),
+            StatusCode::kInvalidArgument);
 
   // The sink's error is returned and no further piece is delivered.
   size_t biggest = 0;
@@ -253,12 +257,13 @@ TEST_F(SaveLoadTest, ListLatestAndVerifyFollowTheCommitOrder) {
   EXPECT_EQ(read_text(root() + "/latest"), "mid.1\n");
   for (const char* tag : {"zeta", "alpha", "mid.1"}) {
     uint64_t last_done = 0, last_total = 0;
-    FP_ASSERT_OK_AND_ASSIGN(VerifyReport report,
-                            verify_checkpoint(root() + "/" + tag, mgr->engine(), [&](uint64_t d, uint64_t t) {
-                              EXPECT_GE(d, last_done);
-                              last_done = d;
-                              last_total = t;
-                            }));
+    FP_ASSERT_OK_AND_ASSIGN(
+        VerifyReport report,
+        verify_checkpoint(root() + "/" + tag, mgr->engine(), [&](uint64_t d, uint64_t t) {
+          EXPECT_GE(d, last_done);
+          last_done = d;
+          last_total = t;
+        }));
     EXPECT_TRUE(report.ok()) << joined(report.problems);
     EXPECT_EQ(report.bytes_checked, infos[0].total_bytes);
     EXPECT_EQ(last_done, last_total);
@@ -301,7 +306,8 @@ TEST_F(SaveLoadTest, EmptyStateAndDefaultOptions) {
   expect_checkpoint_matches(root() + "/nothing", empty);
   FP_ASSERT_OK_AND_ASSIGN(Manifest none, read_manifest(root() + "/nothing"));
   for (const ManifestFile& f : none.files) EXPECT_NE(f.role, "tensors") << f.name;
-  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report, verify_checkpoint(root() + "/nothing", mgr->engine()));
+  FP_ASSERT_OK_AND_ASSIGN(VerifyReport report,
+                          verify_checkpoint(root() + "/nothing", mgr->engine()));
   EXPECT_TRUE(report.ok()) << joined(report.problems);
 
   // A single tiny tensor with the default (large) windows and files.

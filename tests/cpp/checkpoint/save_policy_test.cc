@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The save policy (CheckpointManager::should_save), the Young/Daly interval (advise_interval)
 // and the blocking time every manifest records for `fastpersist advise --measure`.
+#include "fastpersist/save_policy.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,7 +12,6 @@
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
-#include "fastpersist/save_policy.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -51,14 +52,16 @@ TEST(AdviseIntervalTest, BadTimesAreRefused) {
     EXPECT_EQ(advise_interval(1, bad).status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(advise_interval(1, 100, bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
-  EXPECT_EQ(advise_interval(1, 100, std::nullopt, -1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(advise_interval(1, 100, std::nullopt, -1).status().code(),
+            StatusCode::kInvalidArgument);
   // Out of range: no overflow into non-finite advice, no step count that does not fit.
   EXPECT_EQ(advise_interval(1e308, 100).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(advise_interval(1, 1e308).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(advise_interval(1e9, 1e9 * 3600, 1e-9).status().code(), StatusCode::kInvalidArgument);
   auto tiny = advise_interval(1e9, 1e11, 1e-9);
   ASSERT_FALSE(tiny.is_ok());
-  EXPECT_NE(tiny.status().message().find("step time is too small"), std::string::npos) << tiny.status().to_string();
+  EXPECT_NE(tiny.status().message().find("step time is too small"), std::string::npos)
+      << tiny.status().to_string();
   // The largest accepted times give finite, consistent advice.
   FP_ASSERT_OK_AND_ASSIGN(IntervalAdvice edge, advise_interval(1e12, 1e12, 1e12, 1e12));
   EXPECT_TRUE(std::isfinite(edge.interval_seconds) && std::isfinite(edge.total_waste));
@@ -97,7 +100,9 @@ TEST_F(SavePolicyTest, EveryNStepsAndNeverTwiceForOneStep) {
 // or to save, so each such check is made only when the time measured around it allows it.
 TEST_F(SavePolicyTest, EverySecondsSinceTheLastSave) {
   using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   SavePolicy p;
   p.every_seconds = 1.0;
   Clock::time_point opened = Clock::now();
@@ -128,7 +133,8 @@ TEST_F(SavePolicyTest, NoPolicyOrABadOneIsRefused) {
                          SavePolicy{std::nullopt, std::nan("")}, SavePolicy{std::nullopt, -5.0}}) {
     CheckpointOptions o = small_options();
     o.save_policy = bad;
-    EXPECT_EQ(CheckpointManager::open(root_.file("other"), o).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(CheckpointManager::open(root_.file("other"), o).status().code(),
+              StatusCode::kInvalidArgument);
   }
 }
 

@@ -2,13 +2,14 @@
 // plan_files: how many data files, which tensors go where (balanced, each exactly once), their
 // order inside a file (widest element first, so every tensor is aligned to its element size),
 // and headers that parse back to the planned layout.
+#include "checkpoint/shard_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <set>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/shard_plan.h"
 #include "fastpersist/safetensors.h"
 #include "testing/status_matchers.h"
 
@@ -69,7 +70,8 @@ void check_plan(const std::vector<PlannedFile>& files, const std::vector<TensorS
 TEST(ShardPlanTest, MixedStateIsBalancedAndAligned) {
   TestState state = mixed_state();
   CheckpointContent c = state.content();
-  FP_ASSERT_OK_AND_ASSIGN(auto files, plan_files(c.tensors, plan_options(256 * kKiB, 64 * kKiB, 3)));
+  FP_ASSERT_OK_AND_ASSIGN(auto files,
+                          plan_files(c.tensors, plan_options(256 * kKiB, 64 * kKiB, 3)));
   check_plan(files, c.tensors);
   // ~1.07 MB at 256 KiB per file: 5 files by size.
   EXPECT_EQ(files.size(), (state.total_bytes() + 256 * kKiB - 1) / (256 * kKiB));
@@ -78,12 +80,14 @@ TEST(ShardPlanTest, MixedStateIsBalancedAndAligned) {
     lo = std::min(lo, f.layout.data_bytes);
     hi = std::max(hi, f.layout.data_bytes);
   }
-  EXPECT_LE(hi - lo, 160000u) << "largest-first onto the least filled keeps files within one tensor";
+  EXPECT_LE(hi - lo, 160000u)
+      << "largest-first onto the least filled keeps files within one tensor";
 }
 
 TEST(ShardPlanTest, FileCount) {
   TestState state;
-  for (int i = 0; i < 16; ++i) state.add("t" + std::to_string(i), "F32", {1024}, static_cast<uint64_t>(i));  // 4 KiB each
+  for (int i = 0; i < 16; ++i)
+    state.add("t" + std::to_string(i), "F32", {1024}, static_cast<uint64_t>(i));  // 4 KiB each
   CheckpointContent c = state.content();
   auto count = [&](uint64_t target, uint64_t min_file, unsigned parallel) -> size_t {
     auto files = plan_files(c.tensors, plan_options(target, min_file, parallel));
@@ -92,12 +96,12 @@ TEST(ShardPlanTest, FileCount) {
     check_plan(*files, c.tensors);
     return files->size();
   };
-  EXPECT_EQ(count(1 << 30, 64 << 20, 4), 1u);    // small state: one file
-  EXPECT_EQ(count(1 << 30, 16 * kKiB, 4), 4u);   // enough for 4 files of 16 KiB: parallel
-  EXPECT_EQ(count(1 << 30, 16 * kKiB, 8), 4u);   // ... but never below min_file_bytes
-  EXPECT_EQ(count(16 * kKiB, 1 << 30, 1), 4u);   // by target size
-  EXPECT_EQ(count(1, 1, 64), 16u);               // never more files than tensors
-  EXPECT_EQ(count(0, 0, 0), 16u);                // zeros are clamped, not divided by
+  EXPECT_EQ(count(1 << 30, 64 << 20, 4), 1u);   // small state: one file
+  EXPECT_EQ(count(1 << 30, 16 * kKiB, 4), 4u);  // enough for 4 files of 16 KiB: parallel
+  EXPECT_EQ(count(1 << 30, 16 * kKiB, 8), 4u);  // ... but never below min_file_bytes
+  EXPECT_EQ(count(16 * kKiB, 1 << 30, 1), 4u);  // by target size
+  EXPECT_EQ(count(1, 1, 64), 16u);              // never more files than tensors
+  EXPECT_EQ(count(0, 0, 0), 16u);               // zeros are clamped, not divided by
 }
 
 TEST(ShardPlanTest, NoTensorsMakesNoDataFile) {
@@ -129,7 +133,8 @@ TEST(ShardPlanTest, RefusesBadTensors) {
   refuse({"", "F32", {4}, data, 16}, "empty name");
   refuse({"__x", "F32", {4}, data, 16}, "reserved");
   refuse({"x", "F32", {UINT64_MAX / 2, 4}, data, 16}, "'x'");
-  auto dup = plan_files({{"x", "U8", {1}, data, 1}, {"x", "U8", {1}, data, 1}}, CheckpointOptions{});
+  auto dup =
+      plan_files({{"x", "U8", {1}, data, 1}, {"x", "U8", {1}, data, 1}}, CheckpointOptions{});
   EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
   // An empty tensor needs no data pointer.
   FP_EXPECT_OK(plan_files({{"e", "F32", {0}, nullptr, 0}}, CheckpointOptions{}));

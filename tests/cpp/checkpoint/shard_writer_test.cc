@@ -3,10 +3,11 @@
 // safetensors reader, checksums recomputed), ranks share a directory (threads and processes),
 // staging is reused, a failure leaves no file of its own behind, and a manifest made of its
 // records verifies like one the manager wrote.
-#include <sys/wait.h>
-#include <unistd.h>
+#include "fastpersist/shard_writer.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,7 +21,6 @@
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/safetensors.h"
-#include "fastpersist/shard_writer.h"
 #include "testing/fault_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -307,10 +307,11 @@ TEST(ShardWriterTest, FailingEngineLeavesNoPartialFiles) {
   TempDir dir;
   write_text(dir.file("unrelated.txt"), "kept");
   TestState state = mixed_state(58);
-  FP_ASSERT_OK_AND_ASSIGN(auto faults,
-                          FaultInjector::create({.kind = FaultKind::kError, .error = EIO, .nth = 4,
-                                                 .ops = FaultOps::kWrites},
-                                                Backend::kThreads));
+  FP_ASSERT_OK_AND_ASSIGN(
+      auto faults,
+      FaultInjector::create(
+          {.kind = FaultKind::kError, .error = EIO, .nth = 4, .ops = FaultOps::kWrites},
+          Backend::kThreads));
   FP_ASSERT_OK_AND_ASSIGN(std::shared_ptr<IoEngine> engine,
                           IoEngine::create(EngineOptions{}, faults->factory(), "faulty threads"));
   auto writer = make_writer(small_writer_options(), engine);

@@ -3,6 +3,8 @@
 // back byte for byte: compressed, and incremental against a base chosen by the commit (the
 // pieces that did not change become references, the base cannot be removed meanwhile). A
 // damaged skeleton is refused with kDataLoss before anything is allocated.
+#include "fastpersist/split_file.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"
-#include "fastpersist/split_file.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/test_util.h"
@@ -27,7 +28,8 @@ namespace {
 struct FakeFile {
   std::string name;
   std::vector<std::byte> storage_a, storage_b;
-  std::vector<std::byte> header = random_bytes(300, 11), middle = random_bytes(4000, 12), trailer = random_bytes(9, 13);
+  std::vector<std::byte> header = random_bytes(300, 11), middle = random_bytes(4000, 12),
+                         trailer = random_bytes(9, 13);
 
   FakeFile(std::string n, uint64_t seed) : name(std::move(n)) {
     storage_a = random_bytes(size_t{300} << 10, seed);
@@ -62,7 +64,8 @@ CheckpointOptions options(Compression c, bool incremental) {
 }
 
 // Commits `files` as tag `tag` through `manager` (one rank); returns the commit's base tag.
-std::string commit_split(CheckpointManager& manager, const std::string& tag, const std::vector<const FakeFile*>& files,
+std::string commit_split(CheckpointManager& manager, const std::string& tag,
+                         const std::vector<const FakeFile*>& files,
                          SplitWriteResult* result = nullptr) {
   auto commit = manager.begin_commit(tag);
   EXPECT_TRUE(commit.is_ok()) << commit.status().to_string();
@@ -133,13 +136,13 @@ TEST(SplitFile, AnyRangeReadsAsTheFileHasIt) {
   const uint64_t piece_a = a.header.size();  // where the first storage starts
   const uint64_t piece_b = piece_a + a.storage_a.size() + a.middle.size();
   const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
-      {0, 4},                                   // the zip magic a loader checks first
-      {0, want.size()},                         // everything
-      {piece_a, a.storage_a.size()},            // exactly one piece (a storage record)
-      {piece_a - 5, 100},                       // other bytes, then part of a piece
-      {piece_b - 7, a.storage_b.size() + 7},    // other bytes, then a whole piece
+      {0, 4},                                       // the zip magic a loader checks first
+      {0, want.size()},                             // everything
+      {piece_a, a.storage_a.size()},                // exactly one piece (a storage record)
+      {piece_a - 5, 100},                           // other bytes, then part of a piece
+      {piece_b - 7, a.storage_b.size() + 7},        // other bytes, then a whole piece
       {piece_a + 10, piece_b + 20 - piece_a - 10},  // part, other bytes, part
-      {want.size() - 3, 3},                     // the end
+      {want.size() - 3, 3},                         // the end
       {want.size(), 0}};
   for (auto [offset, n] : ranges) {
     std::vector<std::byte> got(n);
@@ -148,7 +151,8 @@ TEST(SplitFile, AnyRangeReadsAsTheFileHasIt) {
         << offset << "+" << n;
   }
   std::vector<std::byte> one(2);
-  EXPECT_EQ(split.read_range(want.size() - 1, one.data(), 2, true).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(split.read_range(want.size() - 1, one.data(), 2, true).code(),
+            StatusCode::kInvalidArgument);
 
   // Streamed back into a plain file (what convert writes): byte for byte, with its record.
   TempDir out;
@@ -174,7 +178,7 @@ TEST(SplitFile, IncrementalCommitsReferenceUnchangedPiecesOfTheBase) {
   auto manager = CheckpointManager::open(root.path(), options(Compression::kNone, true));
   FP_ASSERT_OK(manager.status());
   EXPECT_EQ(commit_split(**manager, "s1", {&a}), "");  // the first is full: the base
-  a.storage_b[5] = std::byte{1};                        // the smaller storage changes
+  a.storage_b[5] = std::byte{1};                       // the smaller storage changes
   SplitWriteResult r;
   EXPECT_EQ(commit_split(**manager, "s2", {&a}, &r), "s1");
   EXPECT_TRUE(r.references_base);
@@ -208,7 +212,8 @@ TEST(SplitFile, ThePlainFileIsNotASkeleton) {
   auto manager = CheckpointManager::open(root.path(), small_options());
   FP_ASSERT_OK(manager.status());
   FP_ASSERT_OK_AND_ASSIGN(auto commit, (*manager)->begin_commit("t"));
-  FP_ASSERT_OK_AND_ASSIGN(ManifestFile f, write_sidecar_file(commit->directory(), "x.pt", "PK plain", false, true));
+  FP_ASSERT_OK_AND_ASSIGN(ManifestFile f,
+                          write_sidecar_file(commit->directory(), "x.pt", "PK plain", false, true));
   CommitContent c;
   c.files = {f};
   FP_ASSERT_OK(commit->commit(std::move(c)));
@@ -224,14 +229,16 @@ TEST(SplitFile, ASkeletonWhosePieceIsNotInTheManifestIsRefused) {
   FP_ASSERT_OK(manager.status());
   FP_ASSERT_OK_AND_ASSIGN(auto commit, (*manager)->begin_commit("t"));
   std::string skeleton = encode_split_skeleton(10, {{2, 4}}, "abcdef");
-  FP_ASSERT_OK_AND_ASSIGN(ManifestFile f, write_sidecar_file(commit->directory(), "x.pt", skeleton, false, true));
+  FP_ASSERT_OK_AND_ASSIGN(ManifestFile f,
+                          write_sidecar_file(commit->directory(), "x.pt", skeleton, false, true));
   CommitContent c;
   c.files = {f};
   FP_ASSERT_OK(commit->commit(std::move(c)));
   FP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::open(root.file("t"), make_engine()));
   auto split = SplitFileReader::open(*reader, "x.pt");
   EXPECT_EQ(split.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(split.status().message().find("x.pt#0"), std::string::npos) << split.status().to_string();
+  EXPECT_NE(split.status().message().find("x.pt#0"), std::string::npos)
+      << split.status().to_string();
 }
 
 TEST(SplitSkeleton, RoundTripsAndRefusesEveryMalformedField) {
@@ -246,14 +253,14 @@ TEST(SplitSkeleton, RoundTripsAndRefusesEveryMalformedField) {
     return !r.is_ok() && r.status().code() == StatusCode::kDataLoss;
   };
   EXPECT_TRUE(refused(""));
-  EXPECT_TRUE(refused("FPSPLIT1"));                             // header cut short
-  EXPECT_TRUE(refused("PK\x03\x04 plain zip"));                 // not a skeleton
-  EXPECT_TRUE(refused(good.substr(0, good.size() - 1)));        // the other bytes do not add up
+  EXPECT_TRUE(refused("FPSPLIT1"));                       // header cut short
+  EXPECT_TRUE(refused("PK\x03\x04 plain zip"));           // not a skeleton
+  EXPECT_TRUE(refused(good.substr(0, good.size() - 1)));  // the other bytes do not add up
   EXPECT_TRUE(refused(encode_split_skeleton(10, {{5, 3}, {2, 1}}, "abcdef")));  // out of order
   EXPECT_TRUE(refused(encode_split_skeleton(10, {{2, 4}, {5, 1}}, "abcde")));   // overlapping
   EXPECT_TRUE(refused(encode_split_skeleton(10, {{8, 3}}, "abcdefg")));         // past the end
   EXPECT_TRUE(refused(encode_split_skeleton(10, {{2, 0}}, "abcdefghij")));      // empty piece
-  EXPECT_TRUE(refused(encode_split_skeleton(20, {{10, UINT64_MAX}}, "")));       // wraps
+  EXPECT_TRUE(refused(encode_split_skeleton(20, {{10, UINT64_MAX}}, "")));      // wraps
   EXPECT_TRUE(refused(encode_split_skeleton(UINT64_MAX, {{0, 5}}, "")));        // a claimed size
   // A count far beyond what the bytes hold is refused before the table is allocated.
   std::string bomb = good;

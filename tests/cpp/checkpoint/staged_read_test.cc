@@ -11,8 +11,8 @@
 #include <random>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "fastpersist/checksum.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/checksum.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -48,7 +48,8 @@ class StagedReadTest : public ::testing::Test {
     for (const Range& r : ranges) memory.emplace_back(r.length + skew);
     for (size_t i = 0; i < ranges.size(); ++i) {
       const Range& r = ranges[i];
-      targets.push_back({files_[r.file], contents_[r.file].size(), r.offset, r.length, memory[i].data() + skew});
+      targets.push_back(
+          {files_[r.file], contents_[r.file].size(), r.offset, r.length, memory[i].data() + skew});
     }
     std::map<size_t, uint64_t> sums;
     o.on_checksum = [&](size_t target, uint64_t sum) {
@@ -60,7 +61,8 @@ class StagedReadTest : public ::testing::Test {
     for (size_t i = 0; i < ranges.size(); ++i) {
       const Range& r = ranges[i];
       std::span<const std::byte> want(contents_[r.file].data() + r.offset, r.length);
-      ASSERT_EQ("", first_difference(want, std::span<const std::byte>(memory[i].data() + skew, r.length)))
+      ASSERT_EQ(
+          "", first_difference(want, std::span<const std::byte>(memory[i].data() + skew, r.length)))
           << "range " << i << " of file " << r.file << " at " << r.offset;
       if (r.length > 0) {
         ASSERT_EQ(sums.count(i), 1u) << i;
@@ -86,7 +88,8 @@ TEST_F(StagedReadTest, RandomRangesAtAnyAddressWithAnySlotSize) {
         uint64_t pos = rng() % 5000;
         const uint64_t size = contents_[f].size();
         while (pos < size) {
-          uint64_t len = std::min<uint64_t>(size - pos, 1 + rng() % (rng() % 4 == 0 ? 400000 : 9000));
+          uint64_t len =
+              std::min<uint64_t>(size - pos, 1 + rng() % (rng() % 4 == 0 ? 400000 : 9000));
           if (rng() % 6 == 0) len = size - pos;
           ranges.push_back({f, pos, len});
           uint64_t gap = rng() % 3 == 0 ? 0 : rng() % (rng() % 2 ? 100 : 3 << 20);
@@ -113,8 +116,9 @@ TEST_F(StagedReadTest, WholeFilesAndEmptyRanges) {
 
 TEST_F(StagedReadTest, AChecksumVerdictStopsTheRead) {
   std::vector<std::byte> a(1 << 20), b(1 << 20);
-  std::vector<StagedTarget> targets = {{files_[0], contents_[0].size(), 0, a.size(), a.data()},
-                                       {files_[0], contents_[0].size(), 2 << 20, b.size(), b.data()}};
+  std::vector<StagedTarget> targets = {
+      {files_[0], contents_[0].size(), 0, a.size(), a.data()},
+      {files_[0], contents_[0].size(), 2 << 20, b.size(), b.data()}};
   StagedReadOptions o;
   o.slot_bytes = 64 << 10;
   int calls = 0;
@@ -141,10 +145,12 @@ TEST_F(StagedReadTest, BadTargetsAndReadErrors) {
   std::vector<std::byte> big(2 << 20);
   StagedReadOptions small;
   small.slot_bytes = 64 << 10;
-  Status st = checkpoint::read_staged(*engine_, {{dir_.file("missing"), big.size(), 0, big.size(), big.data()}}, small);
+  Status st = checkpoint::read_staged(
+      *engine_, {{dir_.file("missing"), big.size(), 0, big.size(), big.data()}}, small);
   EXPECT_FALSE(st.is_ok());
   FP_ASSERT_OK(write_whole_file(dir_.file("short"), random_bytes(100000, 3)));
-  st = checkpoint::read_staged(*engine_, {{dir_.file("short"), big.size(), 0, big.size(), big.data()}}, small);
+  st = checkpoint::read_staged(
+      *engine_, {{dir_.file("short"), big.size(), 0, big.size(), big.data()}}, small);
   EXPECT_FALSE(st.is_ok()) << "a short read must fail, not leave zeros";
 }
 
@@ -164,13 +170,15 @@ TEST(CheckpointReaderStaged, MisalignedDestinationsAreReadAndVerified) {
   std::vector<std::vector<std::byte>> dest;
   std::vector<TensorReadRequest> requests;
   for (size_t k = 0; k < m.tensors.size(); ++k) dest.emplace_back(m.tensors[k].length + 64 + 1);
-  for (size_t k = 0; k < m.tensors.size(); ++k) requests.push_back({k, dest[k].data() + 1 + k % 64, m.tensors[k].length});
+  for (size_t k = 0; k < m.tensors.size(); ++k)
+    requests.push_back({k, dest[k].data() + 1 + k % 64, m.tensors[k].length});
   for (uint64_t budget : {uint64_t{0}, uint64_t{8192}, uint64_t{1} << 20}) {
     FP_ASSERT_OK_AND_ASSIGN(auto result, reader->read(requests, /*verify=*/true, budget));
     for (size_t k = 0; k < m.tensors.size(); ++k) {
       const OwnedTensor* want = state.find(m.tensors[k].name);
       ASSERT_NE(want, nullptr);
-      EXPECT_EQ("", first_difference(want->bytes, std::span<const std::byte>(result.data[k], m.tensors[k].length)))
+      EXPECT_EQ("", first_difference(want->bytes, std::span<const std::byte>(result.data[k],
+                                                                             m.tensors[k].length)))
           << m.tensors[k].name << " budget " << budget;
     }
   }
@@ -184,7 +192,8 @@ TEST(CheckpointReaderStaged, MisalignedDestinationsAreReadAndVerified) {
   auto damaged = reader->read(requests, /*verify=*/true);
   ASSERT_FALSE(damaged.is_ok());
   EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(damaged.status().message().find(t.name), std::string::npos) << damaged.status().to_string();
+  EXPECT_NE(damaged.status().message().find(t.name), std::string::npos)
+      << damaged.status().to_string();
   FP_ASSERT_OK(reader->read(requests, /*verify=*/false).status());
 }
 

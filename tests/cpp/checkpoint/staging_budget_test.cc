@@ -40,8 +40,8 @@ std::unique_ptr<ShardWriter> make_writer(const CheckpointOptions& o, size_t budg
 }
 
 // Runs one save job with the caller's writer (the manager's is private).
-Status run_job(const std::string& root, const std::string& tag, uint64_t sequence, const TestState& state,
-               const CheckpointOptions& o, ShardWriter& writer) {
+Status run_job(const std::string& root, const std::string& tag, uint64_t sequence,
+               const TestState& state, const CheckpointOptions& o, ShardWriter& writer) {
   SaveJob job;
   job.root = root;
   job.tag = tag;
@@ -91,8 +91,8 @@ TEST(StagingBudgetTest, SmallBudgetStreamsAndNeverExceedsIt) {
 
     // Two windows, one window, a budget that is not a multiple of the window, and half a
     // window (the window shrinks to it).
-    for (size_t budget : {2 * o.staging_window_bytes, o.staging_window_bytes, 3 * o.staging_window_bytes + 100,
-                          o.staging_window_bytes / 2}) {
+    for (size_t budget : {2 * o.staging_window_bytes, o.staging_window_bytes,
+                          3 * o.staging_window_bytes + 100, o.staging_window_bytes / 2}) {
       SCOPED_TRACE("budget " + std::to_string(budget));
       auto writer = make_writer(o, budget, engine);
       ASSERT_NE(writer, nullptr);

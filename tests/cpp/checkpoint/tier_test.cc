@@ -4,10 +4,9 @@
 // local pins; failures that never fail a local save but are reported and retried; a damaged
 // local copy refused; incremental bases sent first; close() with a timeout; a drain that died
 // resumed; a full tier (ENOSPC on a loop-mounted ext4, root only); and the plan itself.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -166,7 +165,8 @@ TEST_F(TierTest, WithoutPinsLocalRetentionGoesFirstAndTheDrainSkipsWhatIsGone) {
   o.pin_until_drained = false;
   auto m = open(o);
   ASSERT_NE(m, nullptr);
-  for (int64_t step = 1; step <= 3; ++step) save(*m, "s" + std::to_string(step), stepped_state(step));
+  for (int64_t step = 1; step <= 3; ++step)
+    save(*m, "s" + std::to_string(step), stepped_state(step));
   EXPECT_EQ(csv(listed_tags(local())), "s3");
   ASSERT_EQ(::unlink(tier_path().c_str()), 0);
   FP_ASSERT_OK(m->wait_drains());
@@ -187,13 +187,15 @@ TEST_F(TierTest, ADamagedLocalCopyIsNotDrainedAndNamesTheTensor) {
   // newest is never sent, so a damaged s1 behind a drained s2 would be tried only by the first
   // pass, which wait_drains may or may not have begun after).
   FP_ASSERT_OK_AND_ASSIGN(Manifest manifest, read_manifest(local() + "/s2"));
-  const ManifestTensor& victim = manifest.tensors[manifest.find_tensor("model.layer0.weight").value()];
+  const ManifestTensor& victim =
+      manifest.tensors[manifest.find_tensor("model.layer0.weight").value()];
   flip_byte(local() + "/s2/" + victim.file, victim.offset + 100);
   auto m = open(options({tier()}));  // its first pass drains what the tier lacks
   ASSERT_NE(m, nullptr);
   Status drained = m->wait_drains();
   EXPECT_EQ(drained.code(), StatusCode::kDataLoss) << drained.to_string();
-  EXPECT_NE(drained.message().find("model.layer0.weight"), std::string::npos) << drained.to_string();
+  EXPECT_NE(drained.message().find("model.layer0.weight"), std::string::npos)
+      << drained.to_string();
   EXPECT_EQ(csv(listed_tags(tier_path())), "s1") << "the intact one goes on";
   EXPECT_TRUE(names_with_prefix(tier_path(), ".tmp-").empty()) << "no partial copy is left";
   expect_checkpoint_matches(tier_path() + "/s1", s1);
@@ -264,7 +266,8 @@ TEST_F(TierTest, RetentionKeepsTheBaseOfIncrementalCheckpointsThatWaitForATier) 
   save(*m, "s1", states[0]);
   FP_ASSERT_OK(m->wait_drains());  // s1 is in the tier: no longer pinned
   point_tier_to(blocker);
-  for (size_t i = 1; i < 4; ++i) save(*m, "s" + std::to_string(i + 1), states[i]);  // s2, s3 on s1; s4 full
+  for (size_t i = 1; i < 4; ++i)
+    save(*m, "s" + std::to_string(i + 1), states[i]);  // s2, s3 on s1; s4 full
   FP_ASSERT_OK_AND_ASSIGN(auto infos, list_checkpoints(local()));
   std::string listed;
   for (const CheckpointInfo& c : infos) listed += c.tag + "(" + csv(c.references) + ") ";
@@ -288,7 +291,8 @@ TEST_F(TierTest, ATiersRetentionCountsACopyThatArrivesLateByItsAge) {
   {
     auto m = open(small_options());
     ASSERT_NE(m, nullptr);
-    for (int64_t step = 1; step <= 4; ++step) save(*m, "s" + std::to_string(step), stepped_state(step));
+    for (int64_t step = 1; step <= 4; ++step)
+      save(*m, "s" + std::to_string(step), stepped_state(step));
     FP_ASSERT_OK(m->close());
   }
   TierOptions t = tier();
@@ -312,10 +316,12 @@ TEST_F(TierTest, ATiersRetentionCountsACopyThatArrivesLateByItsAge) {
 // Fault injection: a real directory tier whose copy of one tag fails once with an I/O error.
 class FailsOnceTarget : public checkpoint::TierTarget {
  public:
-  FailsOnceTarget(checkpoint::TierTarget& real, std::string victim) : real_(real), victim_(std::move(victim)) {}
+  FailsOnceTarget(checkpoint::TierTarget& real, std::string victim)
+      : real_(real), victim_(std::move(victim)) {}
   const std::string& where() const override { return real_.where(); }
   Result<std::vector<CheckpointInfo>> list() override { return real_.list(); }
-  Result<checkpoint::CopyResult> receive(const std::string& local_root, const std::string& tag, IoEngine& engine,
+  Result<checkpoint::CopyResult> receive(const std::string& local_root, const std::string& tag,
+                                         IoEngine& engine,
                                          const checkpoint::CopyPacer& pacer) override {
     if (tag == victim_ && !failed_) {
       failed_ = true;
@@ -335,7 +341,8 @@ TEST_F(TierTest, AFailedCopyHoldsBackTheNewerOnesSoThatTheRetrySendsItInOrder) {
   {
     auto m = open(small_options());
     ASSERT_NE(m, nullptr);
-    for (int64_t step = 1; step <= 3; ++step) save(*m, "s" + std::to_string(step), stepped_state(step));
+    for (int64_t step = 1; step <= 3; ++step)
+      save(*m, "s" + std::to_string(step), stepped_state(step));
     FP_ASSERT_OK(m->close());
   }
   FP_ASSERT_OK_AND_ASSIGN(auto real, checkpoint::open_tier_target(tier(), small_options()));
@@ -344,13 +351,16 @@ TEST_F(TierTest, AFailedCopyHoldsBackTheNewerOnesSoThatTheRetrySendsItInOrder) {
   auto engine = make_engine();
   auto plan = [&] { return checkpoint::plan_drain(local_infos, real->list().value(), tier()); };
   ASSERT_EQ(csv(plan()), "s1, s2, s3");
-  checkpoint::TierPass first = checkpoint::drain_tier(local(), plan(), local_infos, *engine, flaky, {});
+  checkpoint::TierPass first =
+      checkpoint::drain_tier(local(), plan(), local_infos, *engine, flaky, {});
   ASSERT_EQ(first.failures.size(), 1u);
-  EXPECT_NE(first.failures[0].message().find("'s1'"), std::string::npos) << first.failures[0].to_string();
+  EXPECT_NE(first.failures[0].message().find("'s1'"), std::string::npos)
+      << first.failures[0].to_string();
   // Had s2 and s3 gone on, the tier's newest would be s3 and no plan would send s1 again.
   EXPECT_TRUE(first.drained.empty()) << csv(first.drained);
   EXPECT_EQ(csv(plan()), "s1, s2, s3") << "all three still wait";
-  checkpoint::TierPass retry = checkpoint::drain_tier(local(), plan(), local_infos, *engine, flaky, {});
+  checkpoint::TierPass retry =
+      checkpoint::drain_tier(local(), plan(), local_infos, *engine, flaky, {});
   EXPECT_TRUE(retry.failures.empty());
   EXPECT_EQ(csv(retry.drained), "s1, s2, s3");
   FP_ASSERT_OK(real->close());
@@ -402,13 +412,16 @@ TEST_F(TierTest, TiersThatOverlapTheRootOrEachOtherAreRefused) {
   EXPECT_EQ(same.status().code(), StatusCode::kInvalidArgument);
   auto twice = CheckpointManager::open(local(), options({tier(), tier()}));
   EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(twice.status().message().find("same directory"), std::string::npos) << twice.status().to_string();
+  EXPECT_NE(twice.status().message().find("same directory"), std::string::npos)
+      << twice.status().to_string();
   TierOptions zero = tier();
   zero.keep_last = 0;
-  EXPECT_EQ(CheckpointManager::open(local(), options({zero})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckpointManager::open(local(), options({zero})).status().code(),
+            StatusCode::kInvalidArgument);
   TierOptions never = tier();
   never.every = 0;
-  EXPECT_EQ(CheckpointManager::open(local(), options({never})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckpointManager::open(local(), options({never})).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckpointManager::open(local(), options({at("")})).status().code(),
             StatusCode::kInvalidArgument);
 }
@@ -497,7 +510,9 @@ TEST(PlanDrainTest, SendsOnlyWhatIsNewerSelectedAndWorthKeepingWithBasesFirst) {
 
 TEST(CopyPacerTest, PausesWhileToldCapsTheRateAndStopsWhenCancelled) {
   using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   const Clock::time_point until = Clock::now() + std::chrono::milliseconds(150);
   auto paused = checkpoint::make_pacer(0, nullptr, [&] { return Clock::now() < until; });
   auto began = Clock::now();
@@ -524,9 +539,11 @@ TEST_F(TierEnospcTest, AFullTierKeepsLocalSavesGoingAndDrainsOnceThereIsRoom) {
   std::string mnt = dir_.file("mnt");
   ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0) << std::strerror(errno);
   auto mount = ScopedMount::ext4_image(dir_.file("fs.img"), mnt, 24 * kMiB);
-  if (!mount.is_ok()) GTEST_SKIP() << "cannot mount the test filesystem: " << mount.status().to_string();
+  if (!mount.is_ok())
+    GTEST_SKIP() << "cannot mount the test filesystem: " << mount.status().to_string();
   TestState big;
-  for (int i = 0; i < 3; ++i) big.add("big" + std::to_string(i), "U8", {5 * kMiB + 3}, 10 + static_cast<uint64_t>(i));
+  for (int i = 0; i < 3; ++i)
+    big.add("big" + std::to_string(i), "U8", {5 * kMiB + 3}, 10 + static_cast<uint64_t>(i));
   TierOptions full;
   full.path = mnt + "/tier";
   full.keep_last = 1;

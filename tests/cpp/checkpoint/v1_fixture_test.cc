@@ -52,10 +52,12 @@ std::map<std::string, OwnedTensor> expected_model(int step) {
     out["model." + name] = {"model." + name, dtype, std::move(shape), std::move(bytes)};
   };
   std::vector<float> embed;
-  for (int i = 0; i < 48; ++i) embed.push_back(static_cast<float>(i) / 8 + static_cast<float>(step));
+  for (int i = 0; i < 48; ++i)
+    embed.push_back(static_cast<float>(i) / 8 + static_cast<float>(step));
   put("embed.weight", "F32", {12, 4}, bytes_of(embed));
   std::vector<uint16_t> weight;
-  for (int i = 0; i < 24; ++i) weight.push_back(bf16_bits(static_cast<float>(i) / 4 - 3 + static_cast<float>(step)));
+  for (int i = 0; i < 24; ++i)
+    weight.push_back(bf16_bits(static_cast<float>(i) / 4 - 3 + static_cast<float>(step)));
   put("layer0.weight", "BF16", {4, 6}, bytes_of(weight));
   std::vector<uint16_t> bias;
   for (int i = 0; i < 6; ++i) bias.push_back(half_bits(i / 2.0 - step));
@@ -133,8 +135,8 @@ TEST_P(V1FixtureTest, EveryTensorReadsBackToItsValue) {
     EXPECT_EQ(t.shape, w->second.shape) << t.name;
     ASSERT_EQ(t.length, w->second.bytes.size()) << t.name;
     if (t.length == 0) continue;
-    EXPECT_EQ("", first_difference(w->second.bytes,
-                                   std::span<const std::byte>(result.data[i], t.length)))
+    EXPECT_EQ(
+        "", first_difference(w->second.bytes, std::span<const std::byte>(result.data[i], t.length)))
         << t.name;
   }
   FP_ASSERT_OK_AND_ASSIGN(std::string objects, reader->read_objects());

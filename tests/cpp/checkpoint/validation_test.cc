@@ -14,16 +14,17 @@ namespace fastpersist::testing {
 namespace {
 
 TEST(ValidateTagTest, AcceptsPortableNames) {
-  for (const std::string& tag : std::vector<std::string>{"a", "step-100", "epoch_3.step-7", "A.B-c_d", "latest2", "x.",
-                                                          std::string(200, 't')}) {
+  for (const std::string& tag : std::vector<std::string>{
+           "a", "step-100", "epoch_3.step-7", "A.B-c_d", "latest2", "x.", std::string(200, 't')}) {
     FP_EXPECT_OK(validate_tag(tag));
   }
 }
 
 TEST(ValidateTagTest, RefusesEverythingElse) {
-  for (const std::string& tag : {std::string(), std::string(".hidden"), std::string(".tmp-x"), std::string("latest"),
-                                std::string("a/b"), std::string(".."), std::string("."), std::string("with space"),
-                                std::string("tab\t"), std::string("über"), std::string(201, 't'), std::string("a\0b", 3)}) {
+  for (const std::string& tag :
+       {std::string(), std::string(".hidden"), std::string(".tmp-x"), std::string("latest"),
+        std::string("a/b"), std::string(".."), std::string("."), std::string("with space"),
+        std::string("tab\t"), std::string("über"), std::string(201, 't'), std::string("a\0b", 3)}) {
     Status st = validate_tag(tag);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "'" << tag << "': " << st.to_string();
     EXPECT_FALSE(st.message().empty());
@@ -121,7 +122,8 @@ TEST_F(ContentValidationTest, DeviceMemoryNeedsAWorkingCudaRuntime) {
   if (!cuda_runtime_info().available) {
     EXPECT_FALSE(r.is_ok()) << "refused before anything is queued";
     EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
-    EXPECT_NE(st.message().find("CUDA runtime is not available"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("CUDA runtime is not available"), std::string::npos)
+        << st.to_string();
   } else {
     EXPECT_NE(st.message().find("CUDA device 0"), std::string::npos) << st.to_string();
     EXPECT_NE(st.message().find("cudaError"), std::string::npos) << st.to_string();
@@ -155,7 +157,8 @@ TEST(OpenOptionsTest, BadOptionsAreRefused) {
   o = small_options();
   o.max_in_flight = 0;
   EXPECT_EQ(CheckpointManager::open(dir.path(), o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckpointManager::open("", small_options()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckpointManager::open("", small_options()).status().code(),
+            StatusCode::kInvalidArgument);
   // A root that is a file.
   write_text(dir.file("file"), "x");
   EXPECT_FALSE(CheckpointManager::open(dir.file("file"), small_options()).is_ok());

@@ -32,7 +32,8 @@ double normal(uint64_t i, uint64_t seed) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   };
-  const uint64_t a = mix(i * 2 + seed * 0x100000001b3ull), b = mix(i * 2 + 1 + seed * 0x100000001b3ull);
+  const uint64_t a = mix(i * 2 + seed * 0x100000001b3ull),
+                 b = mix(i * 2 + 1 + seed * 0x100000001b3ull);
   const double u = (static_cast<double>(a >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
   const double v = static_cast<double>(b >> 11) / 9007199254740992.0;
   return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
@@ -96,7 +97,8 @@ void drift(TestState* s, int version) {
       if (t.name == name) fill_weights(t, t.bytes.size(), version);
     }
     if (t.name == "small.f32") fill_weights(t, 3, version);
-    if (t.name == "counts.i64") t.bytes = random_bytes(t.bytes.size(), static_cast<uint64_t>(version) + 100);
+    if (t.name == "counts.i64")
+      t.bytes = random_bytes(t.bytes.size(), static_cast<uint64_t>(version) + 100);
   }
 }
 
@@ -117,7 +119,9 @@ class XorDeltaTest : public ::testing::Test {
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     mgr_ = std::move(m).value();
   }
-  std::string save(const std::string& tag, const TestState& s) { return save_and_wait(*mgr_, tag, s); }
+  std::string save(const std::string& tag, const TestState& s) {
+    return save_and_wait(*mgr_, tag, s);
+  }
   Manifest manifest(const std::string& tag) {
     auto m = read_manifest(file(tag));
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
@@ -145,8 +149,10 @@ class XorDeltaTest : public ::testing::Test {
         ASSERT_GE(k, 0);
         const LoadedTensor& lt = loaded.tensors[static_cast<size_t>(k)];
         std::span<const std::byte> got;
-        if (lt.buffer != nullptr) got = {lt.buffer->data() + lt.offset, static_cast<size_t>(lt.nbytes)};
-        EXPECT_EQ("", first_difference(t.bytes, got)) << tag << " " << t.name << " max_memory " << max_memory;
+        if (lt.buffer != nullptr)
+          got = {lt.buffer->data() + lt.offset, static_cast<size_t>(lt.nbytes)};
+        EXPECT_EQ("", first_difference(t.bytes, got))
+            << tag << " " << t.name << " max_memory " << max_memory;
       }
     }
     for (const std::string& name : kDrifting) {
@@ -170,7 +176,9 @@ class XorDeltaTest : public ::testing::Test {
   }
 
   std::string file(const std::string& name) const { return dir_ + "/" + name; }
-  uint64_t own_stored(const std::string& tag) { return checkpoint::own_stored_bytes(manifest(tag)); }
+  uint64_t own_stored(const std::string& tag) {
+    return checkpoint::own_stored_bytes(manifest(tag));
+  }
 
   TempDir root_;
   std::string dir_ = root_.path();  // the checkpoint root in use
@@ -222,7 +230,8 @@ TEST_F(XorDeltaTest, DriftingFloatsAreStoredAsSmallDeltasAndLoadBitIdenticalWith
         EXPECT_NE(m.find_file(t.delta_base->file), nullptr);
       }
       EXPECT_EQ(tensor(m, "frozen.f32").file.rfind(base + "/", 0), 0u) << "unchanged: a reference";
-      EXPECT_FALSE(tensor(m, "counts.i64").delta_base.has_value()) << "integers: written as they are";
+      EXPECT_FALSE(tensor(m, "counts.i64").delta_base.has_value())
+          << "integers: written as they are";
       EXPECT_FALSE(tensor(m, "small.f32").delta_base.has_value()) << "under 64 KiB: written raw";
     }
     expect_loads(base, first);
@@ -297,7 +306,8 @@ TEST_F(XorDeltaTest, ABaseOnlyDeltasUseIsKeptByRetentionAndRemoveAndMaterializeF
   const Manifest m = manifest("s2");
   for (const ManifestTensor& t : m.tensors) {
     EXPECT_EQ(t.encoding, kEncodingXorZstd) << t.name;
-    EXPECT_EQ(referenced_checkpoint(*m.find_file(t.file)), "") << "every tensor is in s2's own file";
+    EXPECT_EQ(referenced_checkpoint(*m.find_file(t.file)), "")
+        << "every tensor is in s2's own file";
   }
   // Only the deltas need s1, and that is enough to keep it.
   EXPECT_EQ(listed_tags(dir_), (std::vector<std::string>{"s1", "s2"}));
@@ -307,7 +317,8 @@ TEST_F(XorDeltaTest, ABaseOnlyDeltasUseIsKeptByRetentionAndRemoveAndMaterializeF
   const Manifest standalone = manifest("s2");
   for (const ManifestTensor& t : standalone.tensors) {
     ASSERT_TRUE(t.delta_base.has_value());
-    EXPECT_EQ(referenced_checkpoint(*standalone.find_file(t.delta_base->file)), "") << t.delta_base->file;
+    EXPECT_EQ(referenced_checkpoint(*standalone.find_file(t.delta_base->file)), "")
+        << t.delta_base->file;
   }
   FP_ASSERT_OK(mgr_->remove("s1"));
   ASSERT_TRUE(mgr_->close().is_ok());
@@ -325,7 +336,8 @@ TEST_F(XorDeltaTest, ABaseTensorThatCannotBeDecodedIsSavedWithoutADelta) {
   EXPECT_EQ(save("s2", s), "s1") << "the save goes on";
   ASSERT_TRUE(mgr_->close().is_ok());
   const Manifest m = manifest("s2");
-  EXPECT_EQ(tensor(m, "w.bf16").encoding, "zstd") << "its base is unreadable: stored as without one";
+  EXPECT_EQ(tensor(m, "w.bf16").encoding, "zstd")
+      << "its base is unreadable: stored as without one";
   EXPECT_FALSE(tensor(m, "w.bf16").delta_base.has_value());
   EXPECT_EQ(tensor(m, "w.f32").encoding, kEncodingXorZstd);
   expect_loads("s2", s);
@@ -353,7 +365,8 @@ TEST_F(XorDeltaTest, DamageInADeltaOrInItsBaseIsReportedNeverLoaded) {
       auto loaded = r->load(req);
       ASSERT_FALSE(loaded.is_ok()) << what;
       EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss) << what;
-      EXPECT_NE(loaded.status().message().find("w.bf16"), std::string::npos) << loaded.status().to_string();
+      EXPECT_NE(loaded.status().message().find("w.bf16"), std::string::npos)
+          << loaded.status().to_string();
     }
   };
   const std::string own = file("s2") + "/" + t.file;

@@ -21,9 +21,7 @@ std::string config(const std::string& engine, const std::string& extra = "") {
   return R"({"format": "fastpersist-config", "version": 1, "engine": )" + engine + extra + "}";
 }
 
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // Clears FASTPERSIST_CONFIG, FASTPERSIST_QUEUE_DEPTH and the chosen file around each test.
 class ConfigEnvTest : public ::testing::Test {
@@ -90,13 +88,15 @@ TEST(ConfigFileTest, EveryMistakeIsNamed) {
       {config("{}", R"(, "aio": {})"), "unknown section \"aio\""},
       {config("[]"), "\"engine\" must be an object"},
       {R"({"format": "deepspeed", "version": 1})", "not a fastpersist configuration"},
-      {R"({"format": "fastpersist-config", "version": 2})", "version 2 is not one this fastpersist reads"},
+      {R"({"format": "fastpersist-config", "version": 2})",
+       "version 2 is not one this fastpersist reads"},
       {R"({"format": "fastpersist-config"})", "\"version\" must be an integer"},
       {"{\"format\": ", "not valid JSON"},
       {"[1, 2]", "a configuration is a JSON object"},
       {std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
       {config(R"({"queue_depth": 8, "queue_depth": 64})"), "the key \"queue_depth\" appears twice"},
-      {R"({"format": "fastpersist-config", "version": 1, "version": 1})", "the key \"version\" appears twice"},
+      {R"({"format": "fastpersist-config", "version": 1, "version": 1})",
+       "the key \"version\" appears twice"},
   };
   for (const Case& c : cases) {
     Result<ConfigFile> r = parse_config(c.text, "my.json");
@@ -141,7 +141,8 @@ TEST_F(ConfigEnvTest, AMissingOrBadFileIsAnErrorNamingIt) {
   ::setenv(kConfigEnvVariable, dir_.file("missing.json").c_str(), 1);
   Result<EngineOptions> o = engine_options_from_env();
   ASSERT_FALSE(o.is_ok());
-  EXPECT_NE(o.status().message().find("FASTPERSIST_CONFIG="), std::string::npos) << o.status().message();
+  EXPECT_NE(o.status().message().find("FASTPERSIST_CONFIG="), std::string::npos)
+      << o.status().message();
   EXPECT_NE(o.status().message().find("missing.json"), std::string::npos);
   const std::string fifo = dir_.file("fifo.json");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);

@@ -12,9 +12,10 @@ namespace fastpersist {
 namespace {
 
 constexpr const char* kEnvVars[] = {
-    "FASTPERSIST_BACKEND",         "FASTPERSIST_BLOCK_SIZE",     "FASTPERSIST_QUEUE_DEPTH",
-    "FASTPERSIST_INTRA_OP_PARALLELISM", "FASTPERSIST_SINGLE_SUBMIT", "FASTPERSIST_OVERLAP_EVENTS",
-    "FASTPERSIST_DIRECT_IO",       "FASTPERSIST_DIRECT_IO_MIN_BYTES",
+    "FASTPERSIST_BACKEND",       "FASTPERSIST_BLOCK_SIZE",
+    "FASTPERSIST_QUEUE_DEPTH",   "FASTPERSIST_INTRA_OP_PARALLELISM",
+    "FASTPERSIST_SINGLE_SUBMIT", "FASTPERSIST_OVERLAP_EVENTS",
+    "FASTPERSIST_DIRECT_IO",     "FASTPERSIST_DIRECT_IO_MIN_BYTES",
 };
 
 // Clears every FASTPERSIST_* variable for the test and restores what was there afterwards.
@@ -83,7 +84,8 @@ TEST(ParseSizeTest, RejectsWhatIsNotASize) {
 TEST(ParseHfSizeTest, DecimalAndBinaryUnitsAsHuggingFaceMeansThem) {
   EXPECT_EQ(*parse_hf_size("5GB"), uint64_t{5000000000});
   EXPECT_EQ(*parse_hf_size("5gB"), uint64_t{5000000000});
-  EXPECT_EQ(*parse_hf_size("5gb"), uint64_t{625000000}) << "a final lowercase b: bits, as transformers reads it";
+  EXPECT_EQ(*parse_hf_size("5gb"), uint64_t{625000000})
+      << "a final lowercase b: bits, as transformers reads it";
   EXPECT_EQ(*parse_hf_size("5GiB"), uint64_t{5} << 30);
   EXPECT_EQ(*parse_hf_size("100KB"), uint64_t{100000});
   EXPECT_EQ(*parse_hf_size("10MB"), uint64_t{10000000});
@@ -91,10 +93,12 @@ TEST(ParseHfSizeTest, DecimalAndBinaryUnitsAsHuggingFaceMeansThem) {
   EXPECT_EQ(*parse_hf_size("7KiB"), uint64_t{7} << 10);
   EXPECT_EQ(*parse_hf_size("5Gb"), uint64_t{625000000}) << "bits";
   EXPECT_EQ(*parse_hf_size("4096"), uint64_t{4096});
-  for (const char* text : {"", "GB", "5 GB", "-5GB", "5TB", "5G", "1.5GB", "99999999999999999999GB", "x5MB"}) {
+  for (const char* text :
+       {"", "GB", "5 GB", "-5GB", "5TB", "5G", "1.5GB", "99999999999999999999GB", "x5MB"}) {
     Result<uint64_t> r = parse_hf_size(text);
     ASSERT_FALSE(r.is_ok()) << "'" << text << "' parsed as " << *r;
-    EXPECT_NE(r.status().message().find(std::string("'") + text + "'"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::string("'") + text + "'"), std::string::npos)
+        << r.status().message();
   }
 }
 
@@ -213,7 +217,7 @@ TEST_F(EnvTest, UnknownValuesAreErrorsNamingTheVariable) {
   const Case cases[] = {
       {"FASTPERSIST_BACKEND", "spdk"},
       {"FASTPERSIST_BLOCK_SIZE", "lots"},
-      {"FASTPERSIST_BLOCK_SIZE", "0"},  // parses, but validate() refuses it
+      {"FASTPERSIST_BLOCK_SIZE", "0"},     // parses, but validate() refuses it
       {"FASTPERSIST_QUEUE_DEPTH", "32K"},  // counts take no units
       {"FASTPERSIST_QUEUE_DEPTH", "-1"},
       {"FASTPERSIST_QUEUE_DEPTH", "0"},

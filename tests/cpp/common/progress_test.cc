@@ -40,8 +40,8 @@ TEST(ProgressBarFormat, BytesAndEta) {
   for (double n : {0.0, -1.0, 1023.0, 1024.0, 1536.0, 5.0 * kMiB, 2.5 * kGiB}) {
     got.push_back(format_bytes_short(n));
   }
-  EXPECT_EQ(got, (std::vector<std::string>{"0 B", "0 B", "1023 B", "1.0 KiB", "1.5 KiB",
-                                           "5.0 MiB", "2.5 GiB"}));
+  EXPECT_EQ(got, (std::vector<std::string>{"0 B", "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB",
+                                           "2.5 GiB"}));
   EXPECT_EQ(format_eta(0), "0:00");
   EXPECT_EQ(format_eta(6.2), "0:07");
   EXPECT_EQ(format_eta(754), "12:34");
@@ -53,11 +53,12 @@ TEST(ProgressBarFormat, BytesAndEta) {
 TEST(ProgressBar, RedrawsAtMostEveryIntervalAndEndsTheLine) {
   std::string out;
   {
-    ProgressBar bar("verify t", true, [&](std::string_view s) { out += s; }, 3600);
+    ProgressBar bar(
+        "verify t", true, [&](std::string_view s) { out += s; }, 3600);
     for (uint64_t done = 0; done <= 100; done += 10) bar.update(done, 100);
     EXPECT_EQ(out, "\rverify t  0 B / 100 B  [                        ]");
     bar.finish();
-    bar.finish();       // idempotent
+    bar.finish();        // idempotent
     bar.update(5, 100);  // ignored once finished
   }
   ASSERT_EQ(out.back(), '\n');
@@ -69,7 +70,8 @@ TEST(ProgressBar, RedrawsAtMostEveryIntervalAndEndsTheLine) {
 
 TEST(ProgressBar, BlanksLeftoversOfALongerLineAndClearsOnFailure) {
   std::vector<std::string> frames;
-  ProgressBar bar("x", true, [&](std::string_view s) { frames.emplace_back(s); }, 0);
+  ProgressBar bar(
+      "x", true, [&](std::string_view s) { frames.emplace_back(s); }, 0);
   bar.update(1023, 1024);  // "1023 B" ...
   bar.update(0, 0);        // ... then a shorter line: padded over the old one
   ASSERT_EQ(frames.size(), 2u);
@@ -88,7 +90,9 @@ TEST(ProgressBar, DisabledOrUndrawnBarsWriteNothing) {
     EXPECT_FALSE(quiet.enabled());
     quiet.update(1, 2);
   }
-  { ProgressBar unused("x", true, [&](std::string_view s) { out += s; }); }
+  {
+    ProgressBar unused("x", true, [&](std::string_view s) { out += s; });
+  }
   EXPECT_EQ(out, "");
   ProgressBar no_sink("x", true, ProgressBar::Sink{});
   EXPECT_FALSE(no_sink.enabled());
@@ -104,7 +108,8 @@ TEST(ProgressBar, AFileReceivesWhatASinkReceives) {
   std::string expected;
   {
     ProgressBar file_bar("verify t", true, w, 0);
-    ProgressBar sink_bar("verify t", true, [&](std::string_view s) { expected += s; }, 0);
+    ProgressBar sink_bar(
+        "verify t", true, [&](std::string_view s) { expected += s; }, 0);
     for (uint64_t done : {0, 10, 100}) {
       file_bar.update(done, 100);
       sink_bar.update(done, 100);
@@ -138,7 +143,8 @@ TEST(ProgressBar, AFileReceivesWhatASinkReceives) {
 TEST(ProgressBar, UpdatesFromManyThreadsDrawWholeFrames) {
   std::vector<std::string> frames;
   {
-    ProgressBar bar("x", true, [&](std::string_view s) { frames.emplace_back(s); }, 0);
+    ProgressBar bar(
+        "x", true, [&](std::string_view s) { frames.emplace_back(s); }, 0);
     std::vector<std::thread> threads;
     for (uint64_t t = 0; t < 4; ++t) {
       threads.emplace_back([&bar, t] {

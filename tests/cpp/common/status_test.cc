@@ -38,7 +38,8 @@ TEST(StatusTest, FromErrnoClassifiesTheCode) {
 }
 
 TEST(StatusTest, ToStringCarriesErrnoPathAndRange) {
-  Status st = Status::from_errno(ENOSPC, "write failed").with_path("/data/ckpt.bin").with_range(4096, 8192);
+  Status st =
+      Status::from_errno(ENOSPC, "write failed").with_path("/data/ckpt.bin").with_range(4096, 8192);
   std::string s = st.to_string();
   EXPECT_NE(s.find("io error: write failed"), std::string::npos) << s;
   EXPECT_NE(s.find("[errno 28: "), std::string::npos) << s;
@@ -163,10 +164,13 @@ namespace {
 TEST(RunGuardedTest, TurnsExceptionsIntoStatuses) {
   Status oom = run_guarded("a drain pass", []() -> Status { throw std::bad_alloc(); });
   EXPECT_EQ(oom.sys_errno(), ENOMEM);
-  EXPECT_NE(oom.message().find("a drain pass ran out of memory"), std::string::npos) << oom.to_string();
-  Status other = run_guarded("a save", []() -> Status { throw std::length_error("vector too long"); });
+  EXPECT_NE(oom.message().find("a drain pass ran out of memory"), std::string::npos)
+      << oom.to_string();
+  Status other =
+      run_guarded("a save", []() -> Status { throw std::length_error("vector too long"); });
   EXPECT_EQ(other.code(), StatusCode::kInternal);
-  EXPECT_NE(other.message().find("a save failed: vector too long"), std::string::npos) << other.to_string();
+  EXPECT_NE(other.message().find("a save failed: vector too long"), std::string::npos)
+      << other.to_string();
   Status passed = run_guarded("a save", [] { return Status(StatusCode::kBusy, "held"); });
   EXPECT_EQ(passed.code(), StatusCode::kBusy);
   FP_EXPECT_OK(run_guarded("a save", [] { return Status::ok(); }));

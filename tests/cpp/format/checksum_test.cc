@@ -89,7 +89,8 @@ TEST(ChecksumTest, OneStreamGivesBothWidthsAtEveryLength) {
                         size_t{240}, size_t{241}, size_t{1024}, size_t{2999}}) {
     for (size_t piece : {size_t{1}, size_t{7}, size_t{256}, size_t{4096}}) {
       Xxh3Stream stream;
-      for (size_t at = 0; at < length; at += piece) stream.update(&data[at], std::min(piece, length - at));
+      for (size_t at = 0; at < length; at += piece)
+        stream.update(&data[at], std::min(piece, length - at));
       EXPECT_EQ(stream.digest128(), xxh3_128(data.data(), length)) << length << " by " << piece;
       EXPECT_EQ(stream.digest(), xxh3_64(data.data(), length)) << length << " by " << piece;
     }

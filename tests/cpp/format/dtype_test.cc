@@ -44,34 +44,53 @@ TEST(DtypeTable, AgreesWithTheSafetensorsSizesAndHasUniqueNames) {
 TEST(DtypeConversion, FloatToHalfRoundsToNearestEvenWithSubnormalsOverflowAndNan) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> in = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.99f, 65520.0f, 1e10f, -inf, nan,
+  std::vector<float> in = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -2.5f,
+                           65504.0f,
+                           65519.99f,
+                           65520.0f,
+                           1e10f,
+                           -inf,
+                           nan,
                            0x1p-24f,            // smallest subnormal half
                            0x1p-25f,            // halfway to it: ties to even (0)
                            0x1.8p-25f,          // above halfway: rounds up
                            0x1.ff8p-15f,        // largest subnormal half
                            1.0f + 0x1p-11f,     // tie between 1 and 1+2^-10: even (1)
                            1.0f + 0x1.8p-11f};  // rounds up
-  std::vector<uint16_t> want = {0x0000, 0x8000, 0x3c00, 0xc100, 0x7bff, 0x7bff, 0x7c00, 0x7c00, 0xfc00, 0x7e00,
-                                0x0001, 0x0000, 0x0001, 0x03ff, 0x3c00, 0x3c01};
+  std::vector<uint16_t> want = {0x0000, 0x8000, 0x3c00, 0xc100, 0x7bff, 0x7bff, 0x7c00, 0x7c00,
+                                0xfc00, 0x7e00, 0x0001, 0x0000, 0x0001, 0x03ff, 0x3c00, 0x3c01};
   EXPECT_EQ((convert<float, uint16_t>("F32", "F16", in)), want);
 }
 
 TEST(DtypeConversion, FloatToBfloat16RoundsToNearestEvenAndCanonicalisesNan) {
-  std::vector<float> in = {1.0f, std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
-                           std::bit_cast<float>(0x3f808001u), -std::numeric_limits<float>::quiet_NaN(),
-                           std::numeric_limits<float>::max(), 0x1p-130f};
+  std::vector<float> in = {1.0f,
+                           std::bit_cast<float>(0x3f808000u),
+                           std::bit_cast<float>(0x3f818000u),
+                           std::bit_cast<float>(0x3f808001u),
+                           -std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::max(),
+                           0x1p-130f};
   // 1.0; tie to even (down); tie to even (up); above the tie; NaN (torch's float kernel gives
   // 0xffff whatever the sign); FLT_MAX rounds to infinity; a subnormal keeps its top bits.
   std::vector<uint16_t> want = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0xffff, 0x7f80, 0x0008};
   EXPECT_EQ((convert<float, uint16_t>("F32", "BF16", in)), want);
   // From a half, torch converts NaN with its scalar routine: 0x7fc0.
-  EXPECT_EQ((convert<uint16_t, uint16_t>("F16", "BF16", {0x7e00, 0xfe00})), (std::vector<uint16_t>{0x7fc0, 0x7fc0}));
+  EXPECT_EQ((convert<uint16_t, uint16_t>("F16", "BF16", {0x7e00, 0xfe00})),
+            (std::vector<uint16_t>{0x7fc0, 0x7fc0}));
 }
 
 TEST(DtypeConversion, HalfAndBfloat16WidenExactly) {
   std::vector<uint16_t> half = {0x0001, 0x03ff, 0x3c00, 0x7c00, 0xfc00, 0x8000, 0x7bff};
-  std::vector<float> want = {0x1p-24f, 0x1.ff8p-15f, 1.0f, std::numeric_limits<float>::infinity(),
-                             -std::numeric_limits<float>::infinity(), -0.0f, 65504.0f};
+  std::vector<float> want = {0x1p-24f,
+                             0x1.ff8p-15f,
+                             1.0f,
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(),
+                             -0.0f,
+                             65504.0f};
   std::vector<float> got = convert<uint16_t, float>("F16", "F32", half);
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
@@ -92,9 +111,11 @@ TEST(DtypeConversion, EightBitFloatsWidenExactly) {
 }
 
 TEST(DtypeConversion, IntegersWrapAndConvertToFloats) {
-  EXPECT_EQ((convert<int64_t, int8_t>("I64", "I8", {300, -129, 127})), (std::vector<int8_t>{44, 127, 127}));
+  EXPECT_EQ((convert<int64_t, int8_t>("I64", "I8", {300, -129, 127})),
+            (std::vector<int8_t>{44, 127, 127}));
   EXPECT_EQ((convert<int32_t, uint8_t>("I32", "U8", {-1, 256})), (std::vector<uint8_t>{255, 0}));
-  EXPECT_EQ((convert<int64_t, float>("I64", "F32", {16777217, -3})), (std::vector<float>{16777216.0f, -3.0f}));
+  EXPECT_EQ((convert<int64_t, float>("I64", "F32", {16777217, -3})),
+            (std::vector<float>{16777216.0f, -3.0f}));
   EXPECT_EQ((convert<uint8_t, uint16_t>("U8", "F16", {255})), (std::vector<uint16_t>{0x5bf8}));
 }
 
@@ -111,7 +132,8 @@ TEST(DtypeConversion, UnsupportedPairsAreAClearErrorAndWriteNothing) {
   EXPECT_FALSE(conversion_supported("F8_E4M3", "I32"));
   EXPECT_TRUE(conversion_supported("F8_E4M3", "F8_E4M3"));
   EXPECT_TRUE(conversion_supported("BF16", "F16"));
-  EXPECT_EQ(convert_elements("F33", nullptr, "F32", nullptr, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(convert_elements("F33", nullptr, "F32", nullptr, 0).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

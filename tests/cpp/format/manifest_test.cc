@@ -30,7 +30,19 @@ Manifest sample() {
   m.metadata_json = R"({"zeta":1,"lr":0.001,"nested":{"b":[1,2],"a":null},"name":"run \"7\""})";
   m.files = {{kData, "tensors", 4096 + 48 + 20 + 8, 0x1122334455667788u, 4096, {}},
              {"objects.pkl", "objects", 321, 0xfedcba9876543210u, 321, {}}};
-  m.tensors = {{"layer.0.weight", "F64", {2, 3}, kData, 4096, 48, 0x0123456789abcdefu, "raw", 48, {}, {}, {}, {}},
+  m.tensors = {{"layer.0.weight",
+                "F64",
+                {2, 3},
+                kData,
+                4096,
+                48,
+                0x0123456789abcdefu,
+                "raw",
+                48,
+                {},
+                {},
+                {},
+                {}},
                {"layer.0.bias", "F32", {5}, kData, 4096 + 48, 20, 1, "raw", 20, {}, {}, {}, {}},
                {"step_count", "I64", {}, kData, 4096 + 68, 8, 0, "raw", 8, {}, {}, {}, {}}};
   m.aliases = {{"lm_head.weight", "layer.0.weight"}};
@@ -279,7 +291,8 @@ TEST(ManifestTest, RejectsNestingDeeperThanReadersWalk) {
   EXPECT_EQ(back.metadata_json, m.metadata_json.substr(0, 5) + ok + "}");
   m.metadata_json = "{\"a\": " + std::string(255, '[') + std::string(255, ']') + "}";
   EXPECT_EQ(check_metadata_json(m.metadata_json).code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(check_metadata_json(m.metadata_json).message().find("nested deeper"), std::string::npos);
+  EXPECT_NE(check_metadata_json(m.metadata_json).message().find("nested deeper"),
+            std::string::npos);
   // encode_manifest never walks what check_metadata_json refuses: it writes {} instead.
   FP_ASSERT_OK_AND_ASSIGN(Manifest blank, decode_manifest(encode_manifest(m), kPath));
   EXPECT_EQ(blank.metadata_json, "{}");

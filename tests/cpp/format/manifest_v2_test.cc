@@ -35,7 +35,19 @@ Manifest distributed() {
              {"objects.pkl", "objects", 10, 0x33, 10, std::nullopt}};
   m.tensors = {
       {"experts.3.w", "F32", {2, 4}, kOwn, 4096, 32, 0xa, "raw", 32, {8, 4}, {6, 0}, {}, {}},
-      {"experts.3.b", "F16", {16}, kOwn, 4096 + 32, 32, 0xb, "zstd-1", 20, {}, {}, ContentDigest{1, 2}, {}},
+      {"experts.3.b",
+       "F16",
+       {16},
+       kOwn,
+       4096 + 32,
+       32,
+       0xb,
+       "zstd-1",
+       20,
+       {},
+       {},
+       ContentDigest{1, 2},
+       {}},
       {"embed", "BF16", {4, 4}, kBase, 4096, 32, 0xc, "raw", 32, {}, {}, {}, {}},
   };
   m.fingerprint = manifest_fingerprint(m.tensors);
@@ -91,16 +103,17 @@ TEST(ManifestV2Test, RejectsADigestThatIsNot32HexDigits) {
   const std::string good = encode_manifest(distributed());
   const std::string digest = R"("xxh3_128":"00000000000000010000000000000002")";
   ASSERT_NE(good.find(digest), std::string::npos);
-  for (const char* bad : {R"("xxh3_128":"0000000000000001000000000000000")",
-                          R"("xxh3_128":"0000000000000001000000000000000G")",
-                          R"("xxh3_128":"00000000000000010000000000000002A")",
-                          R"("xxh3_128":12)"}) {
+  for (const char* bad :
+       {R"("xxh3_128":"0000000000000001000000000000000")",
+        R"("xxh3_128":"0000000000000001000000000000000G")",
+        R"("xxh3_128":"00000000000000010000000000000002A")", R"("xxh3_128":12)"}) {
     std::string json = good;
     json.replace(json.find(digest), digest.size(), bad);
     auto m = decode_manifest(json, kPath);
     ASSERT_FALSE(m.is_ok()) << bad;
     EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
-    EXPECT_NE(m.status().message().find("tensors[1].xxh3_128"), std::string::npos) << m.status().to_string();
+    EXPECT_NE(m.status().message().find("tensors[1].xxh3_128"), std::string::npos)
+        << m.status().to_string();
   }
 }
 
@@ -128,10 +141,12 @@ TEST(ManifestV2Test, BlockingSecondsIsOptionalAndChecked) {
   FP_ASSERT_OK_AND_ASSIGN(Manifest back, decode_manifest(encode_manifest(m), kPath));
   EXPECT_EQ(back.blocking_seconds, 0.375);
   for (const char* bad : {"-1", "\"3\"", "null", "true"}) {
-    auto r = decode_manifest(replaced(m, "\"blocking_seconds\": 0.375", std::string("\"blocking_seconds\": ") + bad),
-                             kPath);
+    auto r = decode_manifest(
+        replaced(m, "\"blocking_seconds\": 0.375", std::string("\"blocking_seconds\": ") + bad),
+        kPath);
     ASSERT_FALSE(r.is_ok()) << bad;
-    EXPECT_NE(r.status().message().find("'blocking_seconds'"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("'blocking_seconds'"), std::string::npos)
+        << r.status().to_string();
   }
 }
 
@@ -157,22 +172,47 @@ TEST(ManifestV2Test, RejectsEachBadV2Field) {
   expect_rejected([](Manifest& m) { m.tensors[1].stored_length = UINT64_MAX; },
                   "tensors[1].stored_length", "runs past the end");
   // No codec turns 20 stored bytes into 2^40: refused before a load allocates the claimed size.
-  expect_rejected([](Manifest& m) { m.tensors[1].encoding = "zstd"; m.tensors[1].shape = {uint64_t{1} << 39}; m.tensors[1].length = uint64_t{1} << 40; },
-                  "tensors[1].stored_length", "cannot hold");
-  expect_rejected([](Manifest& m) { m.tensors[1].encoding = "lz4"; m.tensors[1].shape = {20 * kCodecMaxExpansion / 2 + 1}; m.tensors[1].length = 20 * kCodecMaxExpansion + 2; },
-                  "tensors[1].stored_length", "cannot hold");
-  expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets = {6}; }, "tensors[0].shard_offsets");
+  expect_rejected(
+      [](Manifest& m) {
+        m.tensors[1].encoding = "zstd";
+        m.tensors[1].shape = {uint64_t{1} << 39};
+        m.tensors[1].length = uint64_t{1} << 40;
+      },
+      "tensors[1].stored_length", "cannot hold");
+  expect_rejected(
+      [](Manifest& m) {
+        m.tensors[1].encoding = "lz4";
+        m.tensors[1].shape = {20 * kCodecMaxExpansion / 2 + 1};
+        m.tensors[1].length = 20 * kCodecMaxExpansion + 2;
+      },
+      "tensors[1].stored_length", "cannot hold");
+  expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets = {6}; },
+                  "tensors[0].shard_offsets");
   expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets.clear(); },
                   "tensors[0].shard_offsets");
-  expect_rejected([](Manifest& m) { m.tensors[0].global_shape = {8, 4, 1}; m.tensors[0].shard_offsets = {0, 0, 0}; },
-                  "tensors[0].global_shape");
-  expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets = {7, 0}; },
-                  "tensors[0].shard_offsets", "past the global extent 8");
-  expect_rejected([](Manifest& m) { m.tensors[0].shard_offsets = {UINT64_MAX, 0}; },
-                  "tensors[0].shard_offsets");
+  expect_rejected(
+      [](Manifest& m) {
+        m.tensors[0].global_shape = {8, 4, 1};
+        m.tensors[0].shard_offsets = {0, 0, 0};
+      },
+      "tensors[0].global_shape");
+  expect_rejected(
+      [](Manifest& m) {
+        m.tensors[0].shard_offsets = {7, 0};
+      },
+      "tensors[0].shard_offsets", "past the global extent 8");
+  expect_rejected(
+      [](Manifest& m) {
+        m.tensors[0].shard_offsets = {UINT64_MAX, 0};
+      },
+      "tensors[0].shard_offsets");
   // offset + extent would wrap around 2^64 and look small: it must still be refused.
-  expect_rejected([](Manifest& m) { m.tensors[0].global_shape = {UINT64_MAX, 4}; m.tensors[0].shard_offsets = {UINT64_MAX - 1, 0}; },
-                  "tensors[0].shard_offsets");
+  expect_rejected(
+      [](Manifest& m) {
+        m.tensors[0].global_shape = {UINT64_MAX, 4};
+        m.tensors[0].shard_offsets = {UINT64_MAX - 1, 0};
+      },
+      "tensors[0].shard_offsets");
 }
 
 TEST(ManifestV2Test, RejectsReferencesThatLeaveTheRootOrPointAtThemselves) {
@@ -184,10 +224,12 @@ TEST(ManifestV2Test, RejectsReferencesThatLeaveTheRootOrPointAtThemselves) {
         std::string("step 1/x"), std::string("step-2/x"), std::string("step-1/a\0b", 10),
         std::string(201, 'a') + "/x"}) {
     SCOPED_TRACE(bad);
-    expect_rejected([&](Manifest& m) {
-      m.files[1].name = bad;
-      m.tensors[2].file = bad;
-    }, field);
+    expect_rejected(
+        [&](Manifest& m) {
+          m.files[1].name = bad;
+          m.tensors[2].file = bad;
+        },
+        field);
   }
 }
 
@@ -199,9 +241,11 @@ TEST(ManifestV2Test, NoReferencesInAVersion1Manifest) {
   m.files.erase(m.files.begin() + 1);
   m.files[0].rank.reset();
   m.files.push_back({"step-1/objects.pkl", "objects", 0, 0, 0, std::nullopt});
-  Result<Manifest> r = decode_manifest(replaced(m, "\"format_version\": 2", "\"format_version\": 1"), kPath);
+  Result<Manifest> r =
+      decode_manifest(replaced(m, "\"format_version\": 2", "\"format_version\": 1"), kPath);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("'files[2].name'"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("'files[2].name'"), std::string::npos)
+      << r.status().to_string();
 }
 
 TEST(ManifestV2Test, FutureVersionSaysWhoWroteItAndWhatThisOneReads) {
@@ -261,7 +305,8 @@ TEST(ManifestV2Test, Version1DecodesWithV2FieldsAtTheirV1Meaning) {
 
 TEST(ManifestV2Test, Version2RequiresItsFields) {
   const Manifest m = distributed();
-  for (const auto& [from, to, field] : std::vector<std::tuple<std::string, std::string, std::string>>{
+  for (const auto& [from, to, field] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
            {"  \"world_size\": 4,\n", "", "'world_size' is missing"},
            {"\"world_size\": 4", "\"world_size\": -4", "'world_size'"},
            {"\"world_size\": 4", "\"world_size\": 4294967296", "'world_size'"},
@@ -355,16 +400,18 @@ void expect_delta_rejected(const std::function<void(Manifest&)>& damage, const s
   Result<Manifest> r = decode_manifest(encode_manifest(m), kPath);
   ASSERT_FALSE(r.is_ok()) << "accepted; expected a complaint about " << field;
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
-  EXPECT_NE(r.status().message().find("'" + field + "'"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("'" + field + "'"), std::string::npos)
+      << r.status().to_string();
   EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().to_string();
 }
 
 TEST(ManifestDeltaTest, ADeltaBaseRoundTripsAndIsSupported) {
   const Manifest m = with_delta();
   const std::string json = encode_manifest(m);
-  EXPECT_NE(json.find(R"("delta_base":{"file":"step-1/tensors-00000-of-00001.safetensors","offset":4096,)"
-                      R"("stored_length":32,"encoding":"raw","checksum":"000000000000000d"})"),
-            std::string::npos)
+  EXPECT_NE(
+      json.find(R"("delta_base":{"file":"step-1/tensors-00000-of-00001.safetensors","offset":4096,)"
+                R"("stored_length":32,"encoding":"raw","checksum":"000000000000000d"})"),
+      std::string::npos)
       << json;
   FP_ASSERT_OK_AND_ASSIGN(Manifest back, decode_manifest(json, kPath));
   EXPECT_EQ(back.tensors[1].delta_base, m.tensors[1].delta_base);
@@ -374,12 +421,13 @@ TEST(ManifestDeltaTest, ADeltaBaseRoundTripsAndIsSupported) {
 }
 
 TEST(ManifestDeltaTest, RejectsEveryBadDeltaBase) {
-  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base.reset(); }, "tensors[1].delta_base",
-                        "is missing");
-  expect_delta_rejected([](Manifest& m) { m.tensors[1].encoding = "zstd"; }, "tensors[1].delta_base",
-                        "only for encoding");
-  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->file = "step-1/other.safetensors"; },
-                        "tensors[1].delta_base.file", "not listed");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base.reset(); },
+                        "tensors[1].delta_base", "is missing");
+  expect_delta_rejected([](Manifest& m) { m.tensors[1].encoding = "zstd"; },
+                        "tensors[1].delta_base", "only for encoding");
+  expect_delta_rejected(
+      [](Manifest& m) { m.tensors[1].delta_base->file = "step-1/other.safetensors"; },
+      "tensors[1].delta_base.file", "not listed");
   expect_delta_rejected([](Manifest& m) { m.tensors[1].delta_base->file = "objects.pkl"; },
                         "tensors[1].delta_base.file", "not listed");
   // Chains stay one step long: a base is never itself a delta.
@@ -417,7 +465,8 @@ TEST(ManifestDeltaTest, RejectsEveryBadDeltaBase) {
   bad.replace(bad.find(checksum), checksum.size(), "");
   r = decode_manifest(bad, kPath);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("tensors[1].delta_base.checksum' is missing"), std::string::npos)
+  EXPECT_NE(r.status().message().find("tensors[1].delta_base.checksum' is missing"),
+            std::string::npos)
       << r.status().to_string();
 }
 

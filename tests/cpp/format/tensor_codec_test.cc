@@ -2,13 +2,14 @@
 // Compressed tensor encodings (tensor_codec.h): byte grouping, one frame per chunk with each
 // codec, the chunk table, and decoders fed damaged or hostile bytes (errors, never a crash or a
 // write past the chunk).
+#include "fastpersist/tensor_codec.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "fastpersist/tensor_codec.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
 
@@ -51,19 +52,23 @@ TEST(TensorCodecTest, FramesRoundTripWithEachCodecAndLevel) {
     for (int level : {default_compression_level(c), c == Compression::kZstd ? 3 : 9}) {
       FP_ASSERT_OK(check_compression_level(c, level));
       std::vector<std::byte> frame(chunk_frame_bound(c, raw.size()));
-      FP_ASSERT_OK_AND_ASSIGN(size_t n, codec.encode(c, level, 4, raw.data(), raw.size(), frame.data(), frame.size()));
+      FP_ASSERT_OK_AND_ASSIGN(
+          size_t n, codec.encode(c, level, 4, raw.data(), raw.size(), frame.data(), frame.size()));
       // zstd's entropy coding finds the narrow exponents; lz4 (matches only) finds less.
-      EXPECT_LT(n, c == Compression::kZstd ? raw.size() * 9 / 10 : raw.size()) << compression_name(c) << " level "
-                                                                               << level;
+      EXPECT_LT(n, c == Compression::kZstd ? raw.size() * 9 / 10 : raw.size())
+          << compression_name(c) << " level " << level;
       std::vector<std::byte> back(raw.size());
       FP_ASSERT_OK(codec.decode(c, 4, frame.data(), n, back.data(), back.size()));
       EXPECT_EQ(back, raw);
       // Asked for another size, or fed a truncated or damaged frame: refused.
-      EXPECT_EQ(codec.decode(c, 4, frame.data(), n, back.data(), back.size() - 4).code(), StatusCode::kDataLoss);
-      EXPECT_EQ(codec.decode(c, 4, frame.data(), n - 1, back.data(), back.size()).code(), StatusCode::kDataLoss);
+      EXPECT_EQ(codec.decode(c, 4, frame.data(), n, back.data(), back.size() - 4).code(),
+                StatusCode::kDataLoss);
+      EXPECT_EQ(codec.decode(c, 4, frame.data(), n - 1, back.data(), back.size()).code(),
+                StatusCode::kDataLoss);
       std::vector<std::byte> bad(frame.begin(), frame.begin() + static_cast<long>(n));
       bad[n / 2] ^= std::byte{0x40};
-      EXPECT_EQ(codec.decode(c, 4, bad.data(), n, back.data(), back.size()).code(), StatusCode::kDataLoss)
+      EXPECT_EQ(codec.decode(c, 4, bad.data(), n, back.data(), back.size()).code(),
+                StatusCode::kDataLoss)
           << compression_name(c);
     }
   }
@@ -74,7 +79,8 @@ TEST(TensorCodecTest, IncompressibleBytesStillRoundTrip) {
   ChunkCodec codec;
   for (Compression c : {Compression::kZstd, Compression::kLz4}) {
     std::vector<std::byte> frame(chunk_frame_bound(c, raw.size()));
-    FP_ASSERT_OK_AND_ASSIGN(size_t n, codec.encode(c, 0, 8, raw.data(), raw.size(), frame.data(), frame.size()));
+    FP_ASSERT_OK_AND_ASSIGN(
+        size_t n, codec.encode(c, 0, 8, raw.data(), raw.size(), frame.data(), frame.size()));
     EXPECT_GE(n, raw.size());
     std::vector<std::byte> back(raw.size());
     FP_ASSERT_OK(codec.decode(c, 8, frame.data(), n, back.data(), back.size()));
@@ -93,8 +99,8 @@ TEST(TensorCodecTest, GarbageAndTheOtherCodecsFramesAreRefused) {
   }
   std::vector<std::byte> raw = smooth_f32(4096, 1);
   std::vector<std::byte> frame(chunk_frame_bound(Compression::kZstd, raw.size()));
-  FP_ASSERT_OK_AND_ASSIGN(size_t n, codec.encode(Compression::kZstd, 1, 4, raw.data(), raw.size(), frame.data(),
-                                                 frame.size()));
+  FP_ASSERT_OK_AND_ASSIGN(size_t n, codec.encode(Compression::kZstd, 1, 4, raw.data(), raw.size(),
+                                                 frame.data(), frame.size()));
   std::vector<std::byte> back(raw.size());
   EXPECT_EQ(codec.decode(Compression::kLz4, 4, frame.data(), n, back.data(), back.size()).code(),
             StatusCode::kDataLoss);
@@ -109,17 +115,21 @@ TEST(TensorCodecTest, ChunkTableRoundTripsAndEveryFieldIsChecked) {
   const uint64_t stored = 1100 + table.size();
   std::string stored_bytes = std::string(1100, 'x') + table;
   auto* p = reinterpret_cast<const std::byte*>(stored_bytes.data());
-  FP_ASSERT_OK_AND_ASSIGN(uint64_t size, chunk_table_size(p + stored - kChunkTableTrailerBytes, stored));
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t size,
+                          chunk_table_size(p + stored - kChunkTableTrailerBytes, stored));
   EXPECT_EQ(size, table.size());
-  FP_ASSERT_OK_AND_ASSIGN(ChunkTable t, parse_chunk_table(p + stored - size, size, Compression::kZstd, 4,
-                                                          raw_length, stored, "tensor 'w'"));
+  FP_ASSERT_OK_AND_ASSIGN(
+      ChunkTable t, parse_chunk_table(p + stored - size, size, Compression::kZstd, 4, raw_length,
+                                      stored, "tensor 'w'"));
   EXPECT_EQ(t.chunks(), 11u);
   EXPECT_EQ(t.frame_offsets[3], 300u);
   EXPECT_EQ(t.chunk_raw_bytes(10, raw_length), 8u);
 
-  auto refused = [&](const std::string& bytes, Compression c, size_t width, uint64_t length, const char* why) {
+  auto refused = [&](const std::string& bytes, Compression c, size_t width, uint64_t length,
+                     const char* why) {
     auto* q = reinterpret_cast<const std::byte*>(bytes.data());
-    auto r = parse_chunk_table(q + 1100, bytes.size() - 1100, c, width, length, bytes.size(), "tensor 'w'");
+    auto r = parse_chunk_table(q + 1100, bytes.size() - 1100, c, width, length, bytes.size(),
+                               "tensor 'w'");
     ASSERT_FALSE(r.is_ok()) << why;
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << why;
     EXPECT_NE(r.status().message().find("tensor 'w'"), std::string::npos) << r.status().to_string();
@@ -139,13 +149,15 @@ TEST(TensorCodecTest, ChunkTableRoundTripsAndEveryFieldIsChecked) {
   const size_t trailer = table.size() - kChunkTableTrailerBytes;
   refused(patched(trailer + 9, 7), Compression::kZstd, 4, raw_length, "version");
   refused(patched(trailer + 15, 0), Compression::kZstd, 4, raw_length, "trailer magic");
-  std::string zero_frame = encode_chunk_table(Compression::kZstd, chunk, 4, std::vector<uint32_t>(11, 0));
+  std::string zero_frame =
+      encode_chunk_table(Compression::kZstd, chunk, 4, std::vector<uint32_t>(11, 0));
   refused(std::string(1100, 'x') + zero_frame, Compression::kZstd, 4, raw_length, "an empty frame");
   // A trailer that claims more chunks than the bytes hold is refused before anything is read.
   std::string huge = patched(trailer + 7, '\x7f');
   auto* h = reinterpret_cast<const std::byte*>(huge.data());
-  EXPECT_EQ(chunk_table_size(h + huge.size() - kChunkTableTrailerBytes, huge.size()).status().code(),
-            StatusCode::kDataLoss);
+  EXPECT_EQ(
+      chunk_table_size(h + huge.size() - kChunkTableTrailerBytes, huge.size()).status().code(),
+      StatusCode::kDataLoss);
 }
 
 TEST(TensorCodecTest, NamesAndLevels) {

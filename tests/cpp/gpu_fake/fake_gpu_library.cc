@@ -200,8 +200,8 @@ CuFileError cuFileBufDeregister(const void* base) {
 }
 
 namespace {
-ssize_t cufile_io(void* handle, const void* base, size_t size, off_t file_offset,
-                  off_t base_offset, bool write) {
+ssize_t cufile_io(void* handle, const void* base, size_t size, off_t file_offset, off_t base_offset,
+                  bool write) {
   auto* at = static_cast<const char*>(base) + base_offset;
   {
     std::lock_guard lock(mu);

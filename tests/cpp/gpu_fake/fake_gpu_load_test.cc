@@ -74,7 +74,8 @@ TEST(FakeGpuLoad, RawTensorsGoToDeviceMemoryFromThePinnedSlots) {
   FP_ASSERT_OK((*mgr)->save("t", state.content()));
   auto engine = IoEngine::create({});
   FP_ASSERT_OK(engine);
-  auto reader = CheckpointReader::open(dir.path() + "/t", std::shared_ptr<IoEngine>(std::move(*engine)));
+  auto reader =
+      CheckpointReader::open(dir.path() + "/t", std::shared_ptr<IoEngine>(std::move(*engine)));
   FP_ASSERT_OK(reader);
 
   std::vector<void*> owned;
@@ -95,8 +96,9 @@ TEST(FakeGpuLoad, RawTensorsGoToDeviceMemoryFromThePinnedSlots) {
   EXPECT_EQ(r.destinations[2], DestinationState::kCallerCopies);
   for (int i : {0, 1}) {
     const auto& bytes = state.tensors[static_cast<size_t>(i)].bytes;
-    EXPECT_EQ("", first_difference(bytes, std::span<const std::byte>(
-                                              req.destinations[static_cast<size_t>(i)].data, bytes.size())))
+    EXPECT_EQ("", first_difference(
+                      bytes, std::span<const std::byte>(
+                                 req.destinations[static_cast<size_t>(i)].data, bytes.size())))
         << state.tensors[static_cast<size_t>(i)].name;
   }
   // "c" came back in new host memory as F16, for the caller to copy.

@@ -61,7 +61,9 @@ FakeGpu& fake() {
 class DeviceBuffer {
  public:
   DeviceBuffer(size_t bytes, int device, uint64_t seed, unsigned char fill = 0)
-      : data_(static_cast<std::byte*>(fake().malloc(bytes, device))), bytes_(bytes), device_(device) {
+      : data_(static_cast<std::byte*>(fake().malloc(bytes, device))),
+        bytes_(bytes),
+        device_(device) {
     if (data_ == nullptr || bytes > (size_t{1} << 40)) std::abort();  // also bounds GCC's analysis
     if (seed != 0) {
       fill_random({data_, bytes}, seed);
@@ -89,9 +91,9 @@ struct Case {
   uint64_t offset;
 };
 // Sizes and offsets that are not multiples of 4096, within one chunk and across several.
-const std::vector<Case> kCases = {{1, 0},           {4095, 1},        {4096, 4097},
-                                  {(9u << 20) + 17, 12345},           {(5u << 20), 0},
-                                  {(4u << 20) - 3, (4u << 20) - 5}};
+const std::vector<Case> kCases = {{1, 0},          {4095, 1},
+                                  {4096, 4097},    {(9u << 20) + 17, 12345},
+                                  {(5u << 20), 0}, {(4u << 20) - 3, (4u << 20) - 5}};
 
 class FakeGpuTest : public ::testing::Test {
  protected:
@@ -139,7 +141,8 @@ TEST_F(FakeGpuTest, AioHandleDeviceRequestsOnACallersDescriptorAndMixedWithHostO
   // The two writes must not overlap: concurrent async writes to one range have no order.
   std::vector<std::byte> host = random_bytes(4096, 8);
   ASSERT_EQ((*h)->async_pwrite_fd(a.span(), fd.get(), 4096).value(), 0);
-  ASSERT_EQ((*h)->async_pwrite_fd(MemorySpan::host(host.data(), host.size()), fd.get(), 0).value(), 0);
+  ASSERT_EQ((*h)->async_pwrite_fd(MemorySpan::host(host.data(), host.size()), fd.get(), 0).value(),
+            0);
   EXPECT_EQ((*h)->wait().value(), 2);  // each caller request counts once, however many chunks
   expect_file(path, 4096, a.bytes());
   auto got = read_whole_file(path);

@@ -3,8 +3,8 @@
 // wait() collects; and improves on it: errors are returned, any size works, files end exact.
 #include "fastpersist/aio_handle.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,8 +26,9 @@ namespace fs = std::filesystem;
 class AioHandleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("fastpersist-aio-handle-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("fastpersist-aio-handle-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -89,7 +90,8 @@ TEST_F(AioHandleTest, SyncCallsReturnCompletedCount) {
 TEST_F(AioHandleTest, AsyncCallsReturnZeroAndWaitCountsThem) {
   auto h = make();
   std::vector<std::vector<std::byte>> bufs;
-  for (int i = 0; i < 10; ++i) bufs.push_back(random_bytes(100000 + static_cast<size_t>(i), static_cast<unsigned>(i)));
+  for (int i = 0; i < 10; ++i)
+    bufs.push_back(random_bytes(100000 + static_cast<size_t>(i), static_cast<unsigned>(i)));
   for (int i = 0; i < 10; ++i) {
     auto rc = h->async_pwrite(bufs[i].data(), bufs[i].size(), path("f" + std::to_string(i)));
     ASSERT_TRUE(rc.is_ok()) << rc.status().to_string();
@@ -133,7 +135,8 @@ TEST_F(AioHandleTest, TruncateReplacesALongerFile) {
   ASSERT_EQ(*h->async_pwrite(small.data(), small.size(), path("x"), 100, /*truncate=*/true), 0);
   ASSERT_EQ(*h->wait(), 1);
   EXPECT_EQ(fs::file_size(path("x")), 100 + small.size());
-  ASSERT_TRUE(h->pwrite(big.data(), big.size(), path("x"), true, false, 0, /*truncate=*/true).is_ok());
+  ASSERT_TRUE(
+      h->pwrite(big.data(), big.size(), path("x"), true, false, 0, /*truncate=*/true).is_ok());
   EXPECT_EQ(fs::file_size(path("x")), big.size());
 }
 
@@ -223,7 +226,10 @@ TEST_F(AioHandleTest, ManyHandlesAndThreadsAtOnceKeepEveryByteAndCount) {
   std::vector<std::vector<std::byte>> own(kHandles);
   for (size_t h = 0; h < kHandles; ++h) {
     own[h] = random_bytes(3 * kPiece, 200 + static_cast<unsigned>(h));
-    ASSERT_TRUE(handles[h]->sync_pwrite(own[h].data(), own[h].size(), path("own" + std::to_string(h)), 0, true).is_ok());
+    ASSERT_TRUE(
+        handles[h]
+            ->sync_pwrite(own[h].data(), own[h].size(), path("own" + std::to_string(h)), 0, true)
+            .is_ok());
   }
   std::vector<std::thread> threads;
   std::vector<std::string> failures(writers);
@@ -237,12 +243,18 @@ TEST_F(AioHandleTest, ManyHandlesAndThreadsAtOnceKeepEveryByteAndCount) {
         const size_t at = (w * kPieces + k) * kPiece;
         Result<int> r = k % 2 == 0 ? h.async_pwrite(data.data() + at, kPiece, path("shared"), at)
                                    : h.sync_pwrite(data.data() + at, kPiece, path("shared"), at);
-        if (!r.is_ok()) failures[w] = r.status().to_string();
-        else counted[w / kThreadsPerHandle] += *r;
-        Result<int> read = h.sync_pread(back.data(), back.size(), path("own" + std::to_string(reader_of)));
-        if (!read.is_ok()) failures[w] = read.status().to_string();
-        else counted[w / kThreadsPerHandle] += *read;
-        if (back != own[reader_of]) failures[w] = "a read of own" + std::to_string(reader_of) + " differs";
+        if (!r.is_ok())
+          failures[w] = r.status().to_string();
+        else
+          counted[w / kThreadsPerHandle] += *r;
+        Result<int> read =
+            h.sync_pread(back.data(), back.size(), path("own" + std::to_string(reader_of)));
+        if (!read.is_ok())
+          failures[w] = read.status().to_string();
+        else
+          counted[w / kThreadsPerHandle] += *read;
+        if (back != own[reader_of])
+          failures[w] = "a read of own" + std::to_string(reader_of) + " differs";
       }
     });
   }
@@ -254,7 +266,8 @@ TEST_F(AioHandleTest, ManyHandlesAndThreadsAtOnceKeepEveryByteAndCount) {
     counted[h] += *drained;
     // Every request of this handle counted once, by exactly one call: the writes and reads of
     // its threads, none of another handle's.
-    EXPECT_EQ(counted[h].load(), static_cast<int>(kThreadsPerHandle * kPieces * 2)) << "handle " << h;
+    EXPECT_EQ(counted[h].load(), static_cast<int>(kThreadsPerHandle * kPieces * 2))
+        << "handle " << h;
     Result<int> again = handles[h]->wait();
     ASSERT_TRUE(again.is_ok());
     EXPECT_EQ(*again, 0) << "nothing left";
@@ -354,10 +367,12 @@ TEST_F(AioHandleTest, DestroyingWithRequestsInFlightWaitsForThem) {
   {
     auto h = make();
     for (int i = 0; i < 4; ++i) {
-      ASSERT_EQ(*h->async_pwrite(data.data(), data.size(), path("inflight" + std::to_string(i))), 0);
+      ASSERT_EQ(*h->async_pwrite(data.data(), data.size(), path("inflight" + std::to_string(i))),
+                0);
     }
   }  // destructor waits
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(fs::file_size(path("inflight" + std::to_string(i))), data.size());
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(fs::file_size(path("inflight" + std::to_string(i))), data.size());
 }
 
 }  // namespace

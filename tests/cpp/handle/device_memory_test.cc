@@ -74,8 +74,8 @@ TEST_F(DeviceMemoryTest, AioHandleWithoutCudaRefusesDeviceMemoryAndChangesNothin
 
   // Host memory still works on the same handle.
   std::vector<std::byte> data = random_bytes(10000, 9);
-  FP_ASSERT_OK(aio.pwrite(MemorySpan::host(data.data(), data.size()), dir_.file("host.bin"),
-                          false, false, 0, true));
+  FP_ASSERT_OK(aio.pwrite(MemorySpan::host(data.data(), data.size()), dir_.file("host.bin"), false,
+                          false, 0, true));
   auto back = read_whole_file(dir_.file("host.bin"));
   FP_ASSERT_OK(back);
   EXPECT_EQ("", first_difference(data, *back));
@@ -113,16 +113,16 @@ TEST_F(DeviceMemoryTest, GdsHandleWithoutGdsRefusesEveryGpuCallAndChangesNothing
   // Host memory goes through the engine, as DeepNVMe's gds_handle sends CPU tensors to its
   // CPU path.
   std::vector<std::byte> data = random_bytes(3 * 4096 + 5, 3);
-  EXPECT_EQ(gds.pwrite(MemorySpan::host(data.data(), data.size()), dir_.file("h.bin"), false,
-                       true, 4097)
-                .value(),
-            0);
+  EXPECT_EQ(
+      gds.pwrite(MemorySpan::host(data.data(), data.size()), dir_.file("h.bin"), false, true, 4097)
+          .value(),
+      0);
   EXPECT_EQ(gds.wait().value(), 1);
   std::vector<std::byte> back(data.size());
-  EXPECT_EQ(gds.pread(MemorySpan::host(back.data(), back.size()), dir_.file("h.bin"), true, false,
-                      4097)
-                .value(),
-            1);
+  EXPECT_EQ(
+      gds.pread(MemorySpan::host(back.data(), back.size()), dir_.file("h.bin"), true, false, 4097)
+          .value(),
+      1);
   EXPECT_EQ("", first_difference(data, back));
 }
 
@@ -142,10 +142,10 @@ TEST(GdsInfo, NamesEveryMissingLibrary) {
 
 TEST(StagingChunks, CoverTheRangeOnceWithAlignedFileOffsetsAfterTheFirst) {
   const uint64_t chunk = 64 << 10;
-  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{4096},
-                          uint64_t{12345}, (uint64_t{1} << 40) + 17}) {
-    for (uint64_t length : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, chunk - 1, chunk,
-                            chunk + 1, 5 * chunk + 4097}) {
+  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{4096}, uint64_t{12345},
+                          (uint64_t{1} << 40) + 17}) {
+    for (uint64_t length : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, chunk - 1, chunk, chunk + 1,
+                            5 * chunk + 4097}) {
       auto chunks = handle::plan_staging_chunks(offset, length, chunk);
       uint64_t pos = 0;
       for (size_t i = 0; i < chunks.size(); ++i) {

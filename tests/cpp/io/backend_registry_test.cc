@@ -77,7 +77,8 @@ TEST(BackendRegistryTest, ExplicitBackendIsUsedOrRefusedWithTheReason) {
     } else {
       ASSERT_FALSE(engine.is_ok());
       EXPECT_EQ(engine.status().code(), StatusCode::kUnavailable);
-      EXPECT_NE(engine.status().message().find(p.reason), std::string::npos) << engine.status().to_string();
+      EXPECT_NE(engine.status().message().find(p.reason), std::string::npos)
+          << engine.status().to_string();
       EXPECT_EQ(backend_factory(b).status().code(), StatusCode::kUnavailable);
     }
   }

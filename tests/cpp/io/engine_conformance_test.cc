@@ -38,7 +38,8 @@ IoRequest request(IoKind kind, const std::string& path, std::byte* buffer, uint6
 }
 
 std::string name_of(uint64_t size, uint64_t offset, size_t misalign) {
-  return "rt-" + std::to_string(size) + "-" + std::to_string(offset) + "-" + std::to_string(misalign);
+  return "rt-" + std::to_string(size) + "-" + std::to_string(offset) + "-" +
+         std::to_string(misalign);
 }
 
 TEST_P(EngineTest, RoundTripsEverySizeAtEveryOffset) {
@@ -128,7 +129,8 @@ TEST_P(EngineTest, WriteAtOffsetZeroKeepsBytesOtherRequestsWrote) {
   // Submitted together, in any order, the ranges still make up the whole file.
   std::string batch = dir_.file("disjoint-batch");
   for (uint64_t i : {2, 0, 3, 1}) {
-    FP_ASSERT_OK(engine_->submit(request(IoKind::kWrite, batch, content.data() + i * kMiB, kMiB, i * kMiB)));
+    FP_ASSERT_OK(
+        engine_->submit(request(IoKind::kWrite, batch, content.data() + i * kMiB, kMiB, i * kMiB)));
   }
   FP_ASSERT_OK_AND_ASSIGN(size_t n, engine_->wait());
   EXPECT_EQ(n, 4u);
@@ -194,9 +196,9 @@ TEST_P(EngineTest, ReadsAnyRangeOfAFile) {
   struct Range {
     uint64_t offset, length;
   };
-  for (Range r : {Range{0, content.size()}, Range{1, kMiB}, Range{4096, 2 * kMiB},
-                  Range{4097, kMiB + 7}, Range{content.size() - 1, 1}, Range{content.size(), 0},
-                  Range{kMiB - 3, 6}}) {
+  for (Range r :
+       {Range{0, content.size()}, Range{1, kMiB}, Range{4096, 2 * kMiB}, Range{4097, kMiB + 7},
+        Range{content.size() - 1, 1}, Range{content.size(), 0}, Range{kMiB - 3, 6}}) {
     for (size_t misalign : {0, 1}) {
       SCOPED_TRACE("range " + std::to_string(r.offset) + "+" + std::to_string(r.length));
       TestBuffer dst(r.length, misalign);
@@ -237,7 +239,8 @@ TEST_P(EngineTest, ManyConcurrentRequestsToDistinctFiles) {
     }
 
     std::vector<TestBuffer> back;
-    for (int i = 0; i < kFiles; ++i) back.emplace_back(data[i].size(), static_cast<size_t>((i + 1) % 2));
+    for (int i = 0; i < kFiles; ++i)
+      back.emplace_back(data[i].size(), static_cast<size_t>((i + 1) % 2));
     for (int i = 0; i < kFiles; ++i) {
       IoRequest r = request(IoKind::kRead, dir_.file("f" + std::to_string(i)), back[i].data(),
                             back[i].size(), 0);
@@ -271,7 +274,8 @@ TEST_P(EngineTest, ManyConcurrentRangesOfOneFile) {
   run_with_watchdog(seconds(60), "64 concurrent ranges of one file", [&] {
     // No request truncates, so the submission order of the ranges does not matter.
     for (int i = 0; i < kRanges; ++i) {
-      IoRequest r = request(IoKind::kWrite, path, content.data() + offsets[i], lengths[i], offsets[i]);
+      IoRequest r =
+          request(IoKind::kWrite, path, content.data() + offsets[i], lengths[i], offsets[i]);
       FP_ASSERT_OK(engine_->submit(r));
     }
     FP_ASSERT_OK_AND_ASSIGN(size_t n, engine_->wait());
@@ -315,19 +319,24 @@ TEST_P(EngineTest, SubmittersOnManyThreads) {
     EXPECT_EQ(n, static_cast<size_t>(kThreads * kPerThread / 2));
   });
   for (size_t i = 0; i < data.size(); ++i) {
-    FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk, read_whole_file(dir_.file("mt" + std::to_string(i))));
+    FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk,
+                            read_whole_file(dir_.file("mt" + std::to_string(i))));
     ASSERT_EQ("", first_difference(data[i], on_disk)) << "file " << i;
   }
 }
 
 TEST_P(EngineTest, TicketsWaitAndRunCountSeparately) {
   std::vector<std::byte> a = random_bytes(100000, 1);
-  FP_ASSERT_OK_AND_ASSIGN(IoTicket t1, engine_->submit(request(IoKind::kWrite, dir_.file("a"), a.data(), a.size())));
-  FP_ASSERT_OK_AND_ASSIGN(IoTicket t2, engine_->submit(request(IoKind::kWrite, dir_.file("b"), a.data(), a.size())));
+  FP_ASSERT_OK_AND_ASSIGN(
+      IoTicket t1, engine_->submit(request(IoKind::kWrite, dir_.file("a"), a.data(), a.size())));
+  FP_ASSERT_OK_AND_ASSIGN(
+      IoTicket t2, engine_->submit(request(IoKind::kWrite, dir_.file("b"), a.data(), a.size())));
   IoTicket copy = t1;  // copies share one completion
-  FP_ASSERT_OK_AND_ASSIGN(uint64_t ran, engine_->run(request(IoKind::kWrite, dir_.file("c"), a.data(), 7)));
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t ran,
+                          engine_->run(request(IoKind::kWrite, dir_.file("c"), a.data(), 7)));
   EXPECT_EQ(ran, 7u);
-  FP_ASSERT_OK_AND_ASSIGN(IoTicket own, engine_->start(request(IoKind::kWrite, dir_.file("d"), a.data(), 9)));
+  FP_ASSERT_OK_AND_ASSIGN(IoTicket own,
+                          engine_->start(request(IoKind::kWrite, dir_.file("d"), a.data(), 9)));
   // wait() collects what submit() started, not run() or start().
   FP_ASSERT_OK_AND_ASSIGN(size_t n, engine_->wait());
   EXPECT_EQ(n, 2u);
@@ -356,8 +365,8 @@ TEST_P(EngineTest, DestroyingTheEngineFinishesRequestsInFlight) {
   }
   run_with_watchdog(seconds(60), "engine destruction with requests in flight", [&] {
     for (int i = 0; i < kRequests; ++i) {
-      IoRequest r = request(IoKind::kWrite, dir_.file("inflight" + std::to_string(i)), data[i].data(),
-                            data[i].size());
+      IoRequest r = request(IoKind::kWrite, dir_.file("inflight" + std::to_string(i)),
+                            data[i].data(), data[i].size());
       FP_ASSERT_OK_AND_ASSIGN(IoTicket t, engine_->submit(r));
       tickets.push_back(t);
     }
@@ -407,7 +416,8 @@ TEST_P(LargeTransferTest, RoundTripsSixtyFourMegabytesAndThree) {
   EXPECT_EQ(s.bytes_written, 2 * kSize);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, LargeTransferTest, ::testing::ValuesIn(large_transfer_configs()),
+INSTANTIATE_TEST_SUITE_P(AllBackends, LargeTransferTest,
+                         ::testing::ValuesIn(large_transfer_configs()),
                          [](const auto& p) { return p.param.test_name(); });
 
 }  // namespace

@@ -74,11 +74,13 @@ constexpr uid_t kNobody = 65534;
 TEST_P(EngineTest, MissingDirectoryIsNotFound) {
   std::string path = dir_.file("no-such-dir/file.bin");
   std::vector<std::byte> data = random_bytes(4096, 1);
-  expect_os_error(write_at(path, data.data(), data.size(), 0).status(), StatusCode::kNotFound, ENOENT, path);
-  expect_os_error(read_at(path, data.data(), data.size(), 0).status(), StatusCode::kNotFound, ENOENT, path);
+  expect_os_error(write_at(path, data.data(), data.size(), 0).status(), StatusCode::kNotFound,
+                  ENOENT, path);
+  expect_os_error(read_at(path, data.data(), data.size(), 0).status(), StatusCode::kNotFound,
+                  ENOENT, path);
   std::string missing = dir_.file("missing.bin");
-  expect_os_error(read_at(missing, data.data(), data.size(), 0).status(), StatusCode::kNotFound, ENOENT,
-                  missing);
+  expect_os_error(read_at(missing, data.data(), data.size(), 0).status(), StatusCode::kNotFound,
+                  ENOENT, missing);
   // Open errors come back from submit itself; nothing is left pending.
   Result<IoTicket> t = engine_->submit(by_path(IoKind::kWrite, path, data.data(), data.size()));
   EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
@@ -111,12 +113,14 @@ TEST_P(EngineTest, PermissionDeniedIsAClearError) {
                       "bits do not apply to it";
     }
     std::string fresh = locked + "/new.bin";
-    expect_os_error(write_at(fresh, data.data(), data.size(), 0).status(), StatusCode::kIoError, EACCES, fresh);
-    expect_os_error(read_at(secret, data.data(), data.size(), 0).status(), StatusCode::kIoError, EACCES, secret);
-    expect_os_error(read_at(private_file, data.data(), data.size(), 0).status(), StatusCode::kIoError, EACCES,
-                    private_file);
-    expect_os_error(write_at(private_file, data.data(), data.size(), 0).status(), StatusCode::kIoError, EACCES,
-                    private_file);
+    expect_os_error(write_at(fresh, data.data(), data.size(), 0).status(), StatusCode::kIoError,
+                    EACCES, fresh);
+    expect_os_error(read_at(secret, data.data(), data.size(), 0).status(), StatusCode::kIoError,
+                    EACCES, secret);
+    expect_os_error(read_at(private_file, data.data(), data.size(), 0).status(),
+                    StatusCode::kIoError, EACCES, private_file);
+    expect_os_error(write_at(private_file, data.data(), data.size(), 0).status(),
+                    StatusCode::kIoError, EACCES, private_file);
   }
   ASSERT_EQ(::chmod(locked.c_str(), 0700), 0);
   ASSERT_EQ(::chmod(private_file.c_str(), 0600), 0);
@@ -137,13 +141,17 @@ TEST_P(EngineTest, ReadOnlyFilesystemIsAClearError) {
   // Best effort: a crash then cannot leave the mount behind in the shared namespace.
   (void)enter_private_mount_namespace();
   Result<ScopedMount> mount = ScopedMount::read_only_bind(source, target);
-  if (!mount.is_ok()) GTEST_SKIP() << "cannot make a read-only mount: " << mount.status().to_string();
+  if (!mount.is_ok())
+    GTEST_SKIP() << "cannot make a read-only mount: " << mount.status().to_string();
 
   std::string fresh = target + "/new.bin";
   std::string existing = target + "/existing.bin";
-  expect_os_error(write_at(fresh, data.data(), data.size(), 0).status(), StatusCode::kIoError, EROFS, fresh);
-  expect_os_error(write_at(existing, data.data(), data.size(), 0).status(), StatusCode::kIoError, EROFS, existing);
-  expect_os_error(write_at(existing, data.data(), 10, 5).status(), StatusCode::kIoError, EROFS, existing);
+  expect_os_error(write_at(fresh, data.data(), data.size(), 0).status(), StatusCode::kIoError,
+                  EROFS, fresh);
+  expect_os_error(write_at(existing, data.data(), data.size(), 0).status(), StatusCode::kIoError,
+                  EROFS, existing);
+  expect_os_error(write_at(existing, data.data(), 10, 5).status(), StatusCode::kIoError, EROFS,
+                  existing);
   // Reading from a read-only filesystem is fine.
   TestBuffer back(data.size(), 1);
   FP_ASSERT_OK(read_at(existing, back.data(), back.size(), 0));
@@ -181,18 +189,24 @@ TEST_P(EngineTest, PathIsADirectory) {
   std::vector<std::byte> data = random_bytes(kMiB, 5);
   std::string path = dir_.path();
   // The same mistake gives the same error whichever way it is made.
-  expect_os_error(write_at(path, data.data(), data.size(), 0).status(), StatusCode::kIoError, EISDIR, path);
-  expect_os_error(write_at(path, data.data(), data.size(), 4096).status(), StatusCode::kIoError, EISDIR, path);
-  expect_os_error(read_at(path, data.data(), data.size(), 0).status(), StatusCode::kIoError, EISDIR, path);
+  expect_os_error(write_at(path, data.data(), data.size(), 0).status(), StatusCode::kIoError,
+                  EISDIR, path);
+  expect_os_error(write_at(path, data.data(), data.size(), 4096).status(), StatusCode::kIoError,
+                  EISDIR, path);
+  expect_os_error(read_at(path, data.data(), data.size(), 0).status(), StatusCode::kIoError, EISDIR,
+                  path);
   check_engine_still_works();
 }
 
 TEST_P(EngineTest, BadArgumentsAreInvalidArgument) {
   std::vector<std::byte> data(16);
   auto code_of = [&](IoRequest r) { return engine_->run(r).status().code(); };
-  EXPECT_EQ(code_of(by_path(IoKind::kWrite, dir_.file("x"), nullptr, 10)), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of(by_path(IoKind::kRead, dir_.file("x"), nullptr, 10)), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of(by_path(IoKind::kWrite, "", data.data(), data.size())), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(by_path(IoKind::kWrite, dir_.file("x"), nullptr, 10)),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(by_path(IoKind::kRead, dir_.file("x"), nullptr, 10)),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(by_path(IoKind::kWrite, "", data.data(), data.size())),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(code_of(by_path(IoKind::kWrite, dir_.file("x"), data.data(), 16, UINT64_MAX - 8)),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(code_of(by_path(IoKind::kWrite, dir_.file("x"), data.data(), 16, uint64_t{INT64_MAX})),
@@ -201,7 +215,8 @@ TEST_P(EngineTest, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("null"), std::string::npos) << t.status().to_string();
   // A null buffer with nothing to move is not a mistake: it makes an empty file.
-  FP_ASSERT_OK_AND_ASSIGN(uint64_t n, engine_->run(by_path(IoKind::kWrite, dir_.file("empty"), nullptr, 0)));
+  FP_ASSERT_OK_AND_ASSIGN(uint64_t n,
+                          engine_->run(by_path(IoKind::kWrite, dir_.file("empty"), nullptr, 0)));
   EXPECT_EQ(n, 0u);
   FP_ASSERT_OK_AND_ASSIGN(uint64_t size, file_size(dir_.file("empty")));
   EXPECT_EQ(size, 0u);
@@ -219,7 +234,8 @@ TEST_P(EngineTest, RequestsOnACallersDescriptor) {
   // At offset 0 a descriptor's file is updated in place, never truncated.
   TestBuffer head(3 * 4096 + 5, 0);
   fill_random(head.span(), 7);
-  FP_ASSERT_OK_AND_ASSIGN(uint64_t n, engine_->run(by_fd(IoKind::kWrite, fd.get(), head.data(), head.size(), 0)));
+  FP_ASSERT_OK_AND_ASSIGN(
+      uint64_t n, engine_->run(by_fd(IoKind::kWrite, fd.get(), head.data(), head.size(), 0)));
   EXPECT_EQ(n, head.size());
   std::memcpy(expected.data(), head.data(), head.size());
   TestBuffer middle(kMiB + 7, 1);
@@ -264,7 +280,8 @@ TEST_P(EngineTest, AppendModeDescriptorStillWritesAtTheOffset) {
 TEST_P(EngineTest, ODirectDescriptorTakesUnalignedRequests) {
   std::string path = dir_.file("direct.bin");
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644));
-  if (!fd.valid() && errno == EINVAL) GTEST_SKIP() << "the test folder's filesystem refuses O_DIRECT";
+  if (!fd.valid() && errno == EINVAL)
+    GTEST_SKIP() << "the test folder's filesystem refuses O_DIRECT";
   ASSERT_TRUE(fd.valid()) << std::strerror(errno);
   TestBuffer aligned(kMiB, 0);
   fill_random(aligned.span(), 10);
@@ -291,10 +308,12 @@ TEST_P(EngineTest, DescriptorErrors) {
   UniqueFd read_only(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   UniqueFd write_only(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   ASSERT_TRUE(read_only.valid() && write_only.valid());
-  EXPECT_EQ(engine_->run(by_fd(IoKind::kWrite, read_only.get(), data.data(), 10, 0)).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine_->run(by_fd(IoKind::kRead, write_only.get(), data.data(), 10, 0)).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      engine_->run(by_fd(IoKind::kWrite, read_only.get(), data.data(), 10, 0)).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      engine_->run(by_fd(IoKind::kRead, write_only.get(), data.data(), 10, 0)).status().code(),
+      StatusCode::kInvalidArgument);
   Status bad = engine_->run(by_fd(IoKind::kWrite, INT_MAX, data.data(), 10, 0)).status();
   EXPECT_EQ(bad.code(), StatusCode::kIoError) << bad.to_string();
   EXPECT_EQ(bad.sys_errno(), EBADF) << bad.to_string();

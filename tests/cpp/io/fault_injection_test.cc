@@ -57,14 +57,17 @@ class FaultInjectionTest : public ::testing::TestWithParam<Backend> {
     o.intra_op_parallelism = parallelism;
     o.overlap_events = true;
     o.direct_io_min_bytes = 0;
-    return IoEngine::create(o, faults_->factory(), "faulty " + std::string(backend_name(GetParam())));
+    return IoEngine::create(o, faults_->factory(),
+                            "faulty " + std::string(backend_name(GetParam())));
   }
 
   // Writes `size` random bytes through the engine and checks the file byte for byte.
-  void check_write(const std::string& path, uint64_t size, uint64_t offset = 0, size_t misalign = 0) {
+  void check_write(const std::string& path, uint64_t size, uint64_t offset = 0,
+                   size_t misalign = 0) {
     TestBuffer data(size, misalign);
     fill_random(data.span(), size + offset);
-    FP_ASSERT_OK_AND_ASSIGN(uint64_t n, engine_->run(request(IoKind::kWrite, path, data.data(), size, offset)));
+    FP_ASSERT_OK_AND_ASSIGN(uint64_t n,
+                            engine_->run(request(IoKind::kWrite, path, data.data(), size, offset)));
     EXPECT_EQ(n, size);
     FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk, read_whole_file(path));
     ASSERT_EQ(on_disk.size(), offset + size);
@@ -168,7 +171,8 @@ TEST_P(FaultInjectionTest, ShortReadsAreResumed) {
   faults_->arm({.kind = FaultKind::kShort, .ops = FaultOps::kReads, .repeat = true});
   TestBuffer back(data.size() - 4097, 1);
   run_with_watchdog(seconds(60), "short reads", [&] {
-    FP_ASSERT_OK_AND_ASSIGN(uint64_t n, engine_->run(request(IoKind::kRead, path, back.data(), back.size(), 4097)));
+    FP_ASSERT_OK_AND_ASSIGN(
+        uint64_t n, engine_->run(request(IoKind::kRead, path, back.data(), back.size(), 4097)));
     EXPECT_EQ(n, back.size());
   });
   EXPECT_EQ("", first_difference(data.span().subspan(4097), back.span()));
@@ -176,9 +180,11 @@ TEST_P(FaultInjectionTest, ShortReadsAreResumed) {
 }
 
 TEST_P(FaultInjectionTest, ShortODirectTransferEndingUnalignedFinishesThroughTheCache) {
-  if (!folder_mode_.direct) GTEST_SKIP() << "the test folder refuses O_DIRECT: " << folder_mode_.fallback_reason;
+  if (!folder_mode_.direct)
+    GTEST_SKIP() << "the test folder refuses O_DIRECT: " << folder_mode_.fallback_reason;
   // 1000 bytes of an aligned O_DIRECT operation: the rest starts at an offset O_DIRECT cannot use.
-  faults_->arm({.kind = FaultKind::kShort, .nth = 2, .ops = FaultOps::kWrites, .short_bytes = 1000});
+  faults_->arm(
+      {.kind = FaultKind::kShort, .nth = 2, .ops = FaultOps::kWrites, .short_bytes = 1000});
   check_write(dir_.file("direct"), kMiB, 0, 0);
   std::vector<InjectedFault> injected = faults_->injected();
   ASSERT_EQ(injected.size(), 1u);
@@ -199,7 +205,8 @@ TEST_P(FaultInjectionTest, StuckAtZeroIsAnErrorNotAHang) {
   std::string path = dir_.file("stuck");
   TestBuffer data(kMiB + 7, 1);
   fill_random(data.span(), 6);
-  faults_->arm({.kind = FaultKind::kNoProgress, .nth = 2, .ops = FaultOps::kWrites, .repeat = true});
+  faults_->arm(
+      {.kind = FaultKind::kNoProgress, .nth = 2, .ops = FaultOps::kWrites, .repeat = true});
   run_with_watchdog(seconds(30), "a write stuck at zero bytes", [&] {
     Status st = engine_->run(request(IoKind::kWrite, path, data.data(), data.size())).status();
     ASSERT_FALSE(st.is_ok()) << "a write that made no progress was reported as success";
@@ -236,8 +243,8 @@ TEST_P(FaultInjectionTest, OneFailureAmongManyAsyncRequests) {
     std::vector<IoTicket> tickets;
     run_with_watchdog(seconds(60), "64 async writes, one failing", [&] {
       for (int i = 0; i < kRequests; ++i) {
-        IoRequest r = request(IoKind::kWrite, dir_.file("async-" + std::to_string(i)), data[i].data(),
-                              data[i].size());
+        IoRequest r = request(IoKind::kWrite, dir_.file("async-" + std::to_string(i)),
+                              data[i].data(), data[i].size());
         FP_ASSERT_OK_AND_ASSIGN(IoTicket t, engine_->submit(r));
         tickets.push_back(t);
       }
@@ -256,7 +263,8 @@ TEST_P(FaultInjectionTest, OneFailureAmongManyAsyncRequests) {
         EXPECT_EQ(r.status().path(), dir_.file("async-" + std::to_string(i)));
         continue;
       }
-      FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk, read_whole_file(dir_.file("async-" + std::to_string(i))));
+      FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> on_disk,
+                              read_whole_file(dir_.file("async-" + std::to_string(i))));
       EXPECT_EQ("", first_difference(data[i].span(), on_disk)) << "request " << i;
     }
     EXPECT_EQ(failed, 1);
@@ -286,7 +294,9 @@ TEST_P(FaultInjectionTest, SubmitFailureIsReportedWithoutHanging) {
   faults_->arm({.kind = FaultKind::kSubmitError, .error = EAGAIN, .nth = 3});
   TestBuffer data(kMiB);
   run_with_watchdog(seconds(30), "a request whose submission fails", [&] {
-    Status st = engine_->run(request(IoKind::kWrite, dir_.file("refused"), data.data(), data.size())).status();
+    Status st =
+        engine_->run(request(IoKind::kWrite, dir_.file("refused"), data.data(), data.size()))
+            .status();
     ASSERT_FALSE(st.is_ok());
     EXPECT_EQ(st.sys_errno(), EAGAIN) << st.to_string();
     EXPECT_NE(st.message().find("submission failed"), std::string::npos) << st.to_string();

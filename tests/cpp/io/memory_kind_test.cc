@@ -4,13 +4,14 @@
 // anything: no file created, none truncated, no worker ever sees the address, and the engine
 // keeps working. The address used here is never dereferenced, which is the point: if the check
 // were missing, the write below would read it (and crash) or create the file.
+#include "fastpersist/memory_kind.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "fastpersist/io_engine.h"
-#include "fastpersist/memory_kind.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/test_util.h"

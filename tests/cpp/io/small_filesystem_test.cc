@@ -101,7 +101,8 @@ class SmallFilesystemTest : public ::testing::TestWithParam<FsCase> {
       EXPECT_EQ(st.sys_errno(), ENOSPC) << st.to_string();
       EXPECT_EQ(st.path(), path);
       EXPECT_TRUE(st.offset().has_value());
-      EXPECT_NE(st.to_string().find("No space left on device"), std::string::npos) << st.to_string();
+      EXPECT_NE(st.to_string().find("No space left on device"), std::string::npos)
+          << st.to_string();
     });
     // The same through submit/wait, with a second request queued behind it. Where the engine
     // can reserve the space up front (fallocate before O_DIRECT writes), ENOSPC comes from
@@ -132,7 +133,8 @@ class SmallFilesystemTest : public ::testing::TestWithParam<FsCase> {
 };
 
 TEST_P(SmallFilesystemTest, FullExt4IsNoSpaceLeft) {
-  mount_or_skip([&] { return ScopedMount::ext4_image(dir_.file("fs.img"), mount_point_, 16 * kMiB); });
+  mount_or_skip(
+      [&] { return ScopedMount::ext4_image(dir_.file("fs.img"), mount_point_, 16 * kMiB); });
   check_disk_full(32 * kMiB);
 }
 
@@ -142,11 +144,12 @@ TEST_P(SmallFilesystemTest, FullTmpfsIsNoSpaceLeft) {
 }
 
 TEST_P(SmallFilesystemTest, Ext4RoundTrips) {
-  mount_or_skip([&] { return ScopedMount::ext4_image(dir_.file("fs.img"), mount_point_, 64 * kMiB); });
+  mount_or_skip(
+      [&] { return ScopedMount::ext4_image(dir_.file("fs.img"), mount_point_, 64 * kMiB); });
   for (uint64_t size : {uint64_t{1}, uint64_t{4095}, uint64_t{4096}, kMiB + 7, 9 * kMiB + 1}) {
     for (uint64_t offset : {uint64_t{0}, uint64_t{512}, uint64_t{4097}}) {
-      check_round_trip(mount_point_ + "/f-" + std::to_string(size) + "-" + std::to_string(offset), size,
-                       offset, offset % 2);
+      check_round_trip(mount_point_ + "/f-" + std::to_string(size) + "-" + std::to_string(offset),
+                       size, offset, offset % 2);
     }
   }
   FP_ASSERT_OK_AND_ASSIGN(FileIoMode mode, probe_file_io(mount_point_));
@@ -191,8 +194,10 @@ TEST_P(SmallFilesystemTest, RamfsRefusesODirectAndTheEngineFallsBack) {
   if (GetParam().direct_io) {
     // One fallback per write; reads of those files fall back too.
     EXPECT_EQ(s.direct_fallbacks, 4u);
-    EXPECT_NE(s.last_fallback_reason.find(mount_point_), std::string::npos) << s.last_fallback_reason;
-    EXPECT_NE(s.last_fallback_reason.find("refuses O_DIRECT"), std::string::npos) << s.last_fallback_reason;
+    EXPECT_NE(s.last_fallback_reason.find(mount_point_), std::string::npos)
+        << s.last_fallback_reason;
+    EXPECT_NE(s.last_fallback_reason.find("refuses O_DIRECT"), std::string::npos)
+        << s.last_fallback_reason;
   } else {
     EXPECT_EQ(s.direct_fallbacks, 0u);
   }

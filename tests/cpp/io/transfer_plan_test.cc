@@ -20,7 +20,8 @@ namespace {
 
 std::string describe(uint64_t offset, uint64_t length, unsigned parts, uint64_t alignment) {
   std::ostringstream s;
-  s << "offset " << offset << ", length " << length << ", parts " << parts << ", alignment " << alignment;
+  s << "offset " << offset << ", length " << length << ", parts " << parts << ", alignment "
+    << alignment;
   return s.str();
 }
 
@@ -33,23 +34,28 @@ std::string check_split(uint64_t offset, uint64_t length, unsigned parts, uint64
     return err.str();
   }
   if (slices.empty()) return "a non-empty request has no slices";
-  if (slices.size() > std::max(parts, 1u)) err << slices.size() << " slices for " << parts << " parts; ";
+  if (slices.size() > std::max(parts, 1u))
+    err << slices.size() << " slices for " << parts << " parts; ";
   uint64_t pos = offset;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
-    if (s.file_offset != pos) err << "slice " << i << " starts at " << s.file_offset << ", expected " << pos << "; ";
+    if (s.file_offset != pos)
+      err << "slice " << i << " starts at " << s.file_offset << ", expected " << pos << "; ";
     if (s.length == 0) err << "slice " << i << " is empty; ";
-    if (s.buffer_offset != s.file_offset - offset) err << "slice " << i << " buffer offset " << s.buffer_offset << "; ";
+    if (s.buffer_offset != s.file_offset - offset)
+      err << "slice " << i << " buffer offset " << s.buffer_offset << "; ";
     if (i > 0 && !is_aligned(s.file_offset, alignment)) {
       err << "inner boundary " << s.file_offset << " not aligned; ";
     }
     // Cuts are snapped down from the ideal equal split, so no slice exceeds its share by more
     // than one alignment unit.
     uint64_t share = length / std::max(parts, 1u) + 1;
-    if (s.length > share + alignment) err << "slice " << i << " of " << s.length << " bytes exceeds the share " << share << "; ";
+    if (s.length > share + alignment)
+      err << "slice " << i << " of " << s.length << " bytes exceeds the share " << share << "; ";
     pos = s.file_offset + s.length;
   }
-  if (pos != offset + length) err << "slices end at " << pos << ", expected " << offset + length << "; ";
+  if (pos != offset + length)
+    err << "slices end at " << pos << ", expected " << offset + length << "; ";
   // When each share holds at least one alignment unit, every worker gets a slice.
   if (parts > 0 && length / parts >= alignment && slices.size() != parts) {
     err << "only " << slices.size() << " slices although every share is at least one unit; ";
@@ -76,28 +82,35 @@ std::string check_segments(const Slice& slice, const SegmentRules& rules) {
   int direct_segments = 0;
   for (size_t i = 0; i < segs.size(); ++i) {
     const Segment& s = segs[i];
-    if (s.file_offset != pos) err << "segment " << i << " starts at " << s.file_offset << ", expected " << pos << "; ";
+    if (s.file_offset != pos)
+      err << "segment " << i << " starts at " << s.file_offset << ", expected " << pos << "; ";
     if (s.length == 0) err << "segment " << i << " is empty; ";
     if (s.buffer_offset - slice.buffer_offset != s.file_offset - slice.file_offset) {
-      err << "segment " << i << " buffer offset " << s.buffer_offset << " does not follow the file offset; ";
+      err << "segment " << i << " buffer offset " << s.buffer_offset
+          << " does not follow the file offset; ";
     }
     pos = s.file_offset + s.length;
     if (s.kind == SegmentKind::kBuffered) continue;
     ++direct_segments;
-    if (!want_direct) err << "segment " << i << " is direct although the slice should be buffered; ";
+    if (!want_direct)
+      err << "segment " << i << " is direct although the slice should be buffered; ";
     if (s.file_offset != body_start || s.file_offset + s.length != body_end) {
       err << "direct segment [" << s.file_offset << ", " << s.file_offset + s.length
           << ") is not the aligned body [" << body_start << ", " << body_end << "); ";
     }
-    bool memory_aligned = is_aligned(rules.buffer_address + s.buffer_offset, rules.memory_alignment);
+    bool memory_aligned =
+        is_aligned(rules.buffer_address + s.buffer_offset, rules.memory_alignment);
     SegmentKind expected = memory_aligned ? SegmentKind::kDirect : SegmentKind::kDirectBounce;
-    if (s.kind != expected) err << "direct segment " << i << " bounce=" << (s.kind == SegmentKind::kDirectBounce) << " with memory aligned=" << memory_aligned << "; ";
+    if (s.kind != expected)
+      err << "direct segment " << i << " bounce=" << (s.kind == SegmentKind::kDirectBounce)
+          << " with memory aligned=" << memory_aligned << "; ";
   }
   if (pos != end) err << "segments end at " << pos << ", expected " << end << "; ";
   if (want_direct) {
     if (direct_segments != 1) err << direct_segments << " direct segments, expected 1; ";
     size_t expected_count = 1 + (body_start > slice.file_offset) + (end > body_end);
-    if (segs.size() != expected_count) err << segs.size() << " segments, expected " << expected_count << "; ";
+    if (segs.size() != expected_count)
+      err << segs.size() << " segments, expected " << expected_count << "; ";
   } else if (segs.size() != 1) {
     err << segs.size() << " segments for a buffered slice, expected 1; ";
   }
@@ -164,15 +177,24 @@ TEST(SplitIntoSlicesTest, RandomLargeRanges) {
     // Mix small, block-sized and huge values, plus values just around alignment boundaries.
     uint64_t offset = 0, length = 0;
     switch (rng() % 4) {
-      case 0: offset = rng() % (1 << 16); length = rng() % (1 << 24); break;
+      case 0:
+        offset = rng() % (1 << 16);
+        length = rng() % (1 << 24);
+        break;
       case 1: {  // within one byte of an alignment boundary
         offset = (rng() % 64) * alignment + (rng() % 3);
         if (offset > 0) offset -= 1;
         length = (rng() % 64) * alignment + (rng() % 3);
         break;
       }
-      case 2: offset = rng() % (uint64_t{1} << 50); length = rng() % (uint64_t{1} << 40); break;
-      default: offset = rng() % (uint64_t{1} << 62); length = rng() % (uint64_t{1} << 62); break;
+      case 2:
+        offset = rng() % (uint64_t{1} << 50);
+        length = rng() % (uint64_t{1} << 40);
+        break;
+      default:
+        offset = rng() % (uint64_t{1} << 62);
+        length = rng() % (uint64_t{1} << 62);
+        break;
     }
     if (offset > uint64_t{INT64_MAX}) offset = 0;
     unsigned parts = 1 + static_cast<unsigned>(rng() % 64);
@@ -246,9 +268,9 @@ TEST(PlanSegmentsTest, ExhaustiveSmallSlices) {
                   SegmentRules rules{direct, min_direct, a, mem_align, address};
                   Slice slice{offset, length, buffer_offset};
                   ASSERT_EQ(check_segments(slice, rules), "")
-                      << "slice " << describe(offset, length, 1, a) << ", buffer offset " << buffer_offset
-                      << ", address " << address << ", memory alignment " << mem_align
-                      << ", direct " << direct << ", min " << min_direct;
+                      << "slice " << describe(offset, length, 1, a) << ", buffer offset "
+                      << buffer_offset << ", address " << address << ", memory alignment "
+                      << mem_align << ", direct " << direct << ", min " << min_direct;
                   ++checked;
                 }
               }

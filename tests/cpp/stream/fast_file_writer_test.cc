@@ -20,8 +20,8 @@
 namespace fastpersist {
 namespace {
 
-using testing::TempDir;
 using testing::list_dir;
+using testing::TempDir;
 
 // Writes `data` in pseudo-random chunk sizes (1 byte to 3 MiB) drawn from `seed`.
 Status write_chunked(FastFileWriter& w, std::span<const std::byte> data, unsigned seed) {
@@ -92,8 +92,9 @@ std::vector<WriterCase> writer_cases() {
 INSTANTIATE_TEST_SUITE_P(All, FastFileWriterMatrix, ::testing::ValuesIn(writer_cases()),
                          [](const auto& param_info) {
                            const WriterCase& c = param_info.param;
-                           return std::string(backend_name(c.backend)) + "_" + std::to_string(c.size) + "_buf" +
-                                  std::to_string(c.io_buffer) + (c.single ? "_single" : "_double");
+                           return std::string(backend_name(c.backend)) + "_" +
+                                  std::to_string(c.size) + "_buf" + std::to_string(c.io_buffer) +
+                                  (c.single ? "_single" : "_double");
                          });
 
 TEST(FastFileWriter, AlignedSourceGoesZeroCopy) {
@@ -219,7 +220,8 @@ TEST(FastFileWriter, BadArgumentsAreClearErrors) {
 
 // N writers each see the whole stream and persist their stripes; the result is one file.
 void run_parallel_writers(const std::string& path, std::span<const std::byte> data, unsigned n,
-                          size_t stripe, std::vector<Status>* results, std::vector<char>* committed) {
+                          size_t stripe, std::vector<Status>* results,
+                          std::vector<char>* committed) {
   results->assign(n, Status());
   // char, not bool: std::vector<bool> packs the flags into shared words, so writer threads
   // setting their own flags would race.

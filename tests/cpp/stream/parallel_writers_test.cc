@@ -29,8 +29,8 @@
 namespace fastpersist {
 namespace {
 
-using testing::TempDir;
 using testing::list_dir;
+using testing::TempDir;
 using Clock = std::chrono::steady_clock;
 using Writer = std::unique_ptr<FastFileWriter>;
 

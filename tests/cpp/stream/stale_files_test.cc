@@ -21,8 +21,8 @@
 namespace fastpersist {
 namespace {
 
-using testing::TempDir;
 using testing::list_dir;
+using testing::TempDir;
 
 size_t count_temps(const std::string& dir, const std::string& target = "") {
   size_t n = 0;
@@ -76,10 +76,10 @@ TEST(WriterTempName, RecognisesOnlyWriterTemporaries) {
   EXPECT_EQ(target, "ckpt.pt");
   EXPECT_TRUE(is_writer_temp_name("..hidden.fp-tmp-XXXXXX", &target));
   EXPECT_EQ(target, ".hidden");
-  EXPECT_FALSE(is_writer_temp_name("ckpt.pt.fp-tmp-a1B2c3"));   // no leading dot
-  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c"));   // suffix too short
-  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c3d")); // suffix too long
-  EXPECT_FALSE(is_writer_temp_name("..fp-tmp-a1B2c3"));         // no target name
+  EXPECT_FALSE(is_writer_temp_name("ckpt.pt.fp-tmp-a1B2c3"));    // no leading dot
+  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c"));    // suffix too short
+  EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-tmp-a1B2c3d"));  // suffix too long
+  EXPECT_FALSE(is_writer_temp_name("..fp-tmp-a1B2c3"));          // no target name
   EXPECT_FALSE(is_writer_temp_name(".ckpt.pt.fp-partial"));
   EXPECT_FALSE(is_writer_temp_name(".ckpt.pt"));
 }
@@ -96,7 +96,8 @@ TEST(StaleTempFiles, TheNextWriterOfThePathRemovesADeadWritersTemporary) {
   auto data = testing::random_bytes((3 << 20) + 1, 9);
   ASSERT_TRUE(save(path, data).is_ok());
   EXPECT_EQ(count_temps(dir.path(), "model.pt"), 0u);
-  EXPECT_EQ(count_temps(dir.path(), "other.pt"), 1u) << "another target's debris is left to its own writer";
+  EXPECT_EQ(count_temps(dir.path(), "other.pt"), 1u)
+      << "another target's debris is left to its own writer";
   auto back = testing::read_whole_file(path);
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ("", testing::first_difference(data, *back));
@@ -158,7 +159,9 @@ TEST(StaleTempFiles, DryRunListsAndRemovesNothing) {
 TEST(StaleTempFiles, OtherFilesAreLeftAloneAndOddOnesReported) {
   TempDir dir;
   ASSERT_TRUE(testing::write_whole_file(dir.file("ckpt.pt"), testing::random_bytes(10, 1)).is_ok());
-  ASSERT_TRUE(testing::write_whole_file(dir.file(".ckpt.pt.fp-partial"), testing::random_bytes(10, 1)).is_ok());
+  ASSERT_TRUE(
+      testing::write_whole_file(dir.file(".ckpt.pt.fp-partial"), testing::random_bytes(10, 1))
+          .is_ok());
   ASSERT_EQ(mkdir(dir.file(".x.fp-tmp-abcdef").c_str(), 0755), 0);
   ASSERT_EQ(symlink("ckpt.pt", dir.file(".y.fp-tmp-abcdef").c_str()), 0);
   auto report = remove_stale_temp_files(dir.path());
@@ -190,7 +193,8 @@ TEST(StaleTempFiles, RecursiveVisitsSubfoldersButNotSymlinks) {
   ASSERT_TRUE(listed.is_ok());
   ASSERT_EQ(listed->removed.size(), 2u) << "rank0 and rank0/deep, not the symlinked folder";
   EXPECT_EQ(listed->removed[0].rfind(dir.file("rank0/.a.pt.fp-tmp-"), 0), 0u) << listed->removed[0];
-  EXPECT_EQ(listed->removed[1].rfind(dir.file("rank0/deep/.b.pt.fp-tmp-"), 0), 0u) << listed->removed[1];
+  EXPECT_EQ(listed->removed[1].rfind(dir.file("rank0/deep/.b.pt.fp-tmp-"), 0), 0u)
+      << listed->removed[1];
   r.dry_run = false;
   auto all = remove_stale_temp_files(dir.path(), r);
   ASSERT_TRUE(all.is_ok());
@@ -251,7 +255,8 @@ TEST(StaleTempFiles, AnAbandonedParallelSetGoesOnlyWhenNoWriterHoldsItAndItIsOld
     EXPECT_FALSE(w->file_committed());
   }
   EXPECT_EQ(list_dir(dir.path()),
-            (std::vector<std::string>{".p.pt.fp-partial", ".p.pt.fp-partial.done", ".p.pt.fp-partial.lock"}));
+            (std::vector<std::string>{".p.pt.fp-partial", ".p.pt.fp-partial.done",
+                                      ".p.pt.fp-partial.lock"}));
   auto young = remove_stale_temp_files(dir.path());  // default minimum age: one hour
   ASSERT_TRUE(young.is_ok());
   EXPECT_EQ(young->too_recent, std::vector<std::string>{partial});
@@ -282,7 +287,8 @@ TEST(StaleTempFiles, ARemoverRacingWritersNeverBreaksASave) {
     }
   });
   for (int i = 0; i < 200; ++i) {
-    auto data = testing::random_bytes(4096 * (1 + i % 5) + static_cast<size_t>(i), static_cast<uint64_t>(i));
+    auto data = testing::random_bytes(4096 * (1 + i % 5) + static_cast<size_t>(i),
+                                      static_cast<uint64_t>(i));
     std::string path = dir.file("f" + std::to_string(i % 7) + ".pt");
     Status st = save(path, data);
     ASSERT_TRUE(st.is_ok()) << st.to_string();

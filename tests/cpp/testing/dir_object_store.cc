@@ -16,15 +16,19 @@ constexpr const char* kObjects = "objects";
 constexpr const char* kUploads = "uploads";
 }  // namespace
 
-DirObjectStore::DirObjectStore(std::string dir, std::string url) : dir_(std::move(dir)), url_(std::move(url)) {
+DirObjectStore::DirObjectStore(std::string dir, std::string url)
+    : dir_(std::move(dir)), url_(std::move(url)) {
   fs::create_directories(fs::path(dir_) / kObjects);
   fs::create_directories(fs::path(dir_) / kUploads);
 }
 
-std::string DirObjectStore::path_of(const std::string& key) const { return (fs::path(dir_) / kObjects / key).string(); }
+std::string DirObjectStore::path_of(const std::string& key) const {
+  return (fs::path(dir_) / kObjects / key).string();
+}
 
 Status DirObjectStore::check(const std::string& key) const {
-  if (unreachable) return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
+  if (unreachable)
+    return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
   if (!fail_key.empty() && key.find(fail_key) != std::string::npos) {
     return Status(StatusCode::kIoError, "injected failure on " + key, 5);
   }
@@ -33,7 +37,8 @@ Status DirObjectStore::check(const std::string& key) const {
 
 Result<std::vector<ObjectEntry>> DirObjectStore::list(const std::string& prefix) {
   if (out_of_memory) throw std::bad_alloc();
-  if (unreachable) return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
+  if (unreachable)
+    return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
   std::vector<ObjectEntry> out;
   const fs::path root = fs::path(dir_) / kObjects;
   for (const auto& e : fs::recursive_directory_iterator(root)) {
@@ -41,7 +46,8 @@ Result<std::vector<ObjectEntry>> DirObjectStore::list(const std::string& prefix)
     std::string key = fs::relative(e.path(), root).string();
     if (key.compare(0, prefix.size(), prefix) != 0) continue;
     uint64_t size = static_cast<uint64_t>(e.file_size());
-    if (key.size() >= 13 && key.compare(key.size() - 13, 13, "manifest.json") == 0) size += manifest_size_lie;
+    if (key.size() >= 13 && key.compare(key.size() - 13, 13, "manifest.json") == 0)
+      size += manifest_size_lie;
     out.push_back({key, size});
   }
   return out;
@@ -49,7 +55,8 @@ Result<std::vector<ObjectEntry>> DirObjectStore::list(const std::string& prefix)
 
 Status DirObjectStore::get(const std::string& key, uint64_t offset, std::span<std::byte> into) {
   FP_RETURN_IF_ERROR(check(key));
-  for (uint64_t seen = largest_get.load(); into.size() > seen && !largest_get.compare_exchange_weak(seen, into.size());) {
+  for (uint64_t seen = largest_get.load();
+       into.size() > seen && !largest_get.compare_exchange_weak(seen, into.size());) {
   }
   std::ifstream in(path_of(key), std::ios::binary);
   if (!in) return Status(StatusCode::kNotFound, "no such key: " + key);
@@ -77,7 +84,8 @@ Result<std::string> DirObjectStore::begin_upload(const std::string& key) {
   return id;
 }
 
-Result<std::string> DirObjectStore::upload_part(const std::string& key, const std::string& upload_id, int part_number,
+Result<std::string> DirObjectStore::upload_part(const std::string& key,
+                                                const std::string& upload_id, int part_number,
                                                 std::span<const std::byte> data) {
   FP_RETURN_IF_ERROR(check(key));
   int now = ++parts_in_flight;
@@ -93,7 +101,8 @@ Result<std::string> DirObjectStore::upload_part(const std::string& key, const st
       return Status(StatusCode::kNotFound, "no such upload: " + upload_id);
     }
   }
-  std::ofstream out(fs::path(dir_) / kUploads / upload_id / std::to_string(part_number), std::ios::binary);
+  std::ofstream out(fs::path(dir_) / kUploads / upload_id / std::to_string(part_number),
+                    std::ios::binary);
   out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   --parts_in_flight;
   ++parts_uploaded;
@@ -106,9 +115,11 @@ Status DirObjectStore::complete_upload(const std::string& key, const std::string
   std::string joined;
   for (size_t i = 0; i < etags.size(); ++i) {
     if (etags[i] != "etag-" + std::to_string(i + 1)) {
-      return Status(StatusCode::kInvalidArgument, "part " + std::to_string(i + 1) + " has ETag '" + etags[i] + "'");
+      return Status(StatusCode::kInvalidArgument,
+                    "part " + std::to_string(i + 1) + " has ETag '" + etags[i] + "'");
     }
-    std::ifstream in(fs::path(dir_) / kUploads / upload_id / std::to_string(i + 1), std::ios::binary);
+    std::ifstream in(fs::path(dir_) / kUploads / upload_id / std::to_string(i + 1),
+                     std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
     joined += ss.str();
@@ -131,7 +142,8 @@ Status DirObjectStore::abort_upload(const std::string& key, const std::string& u
 }
 
 Result<uint64_t> DirObjectStore::abort_uploads(const std::string& prefix) {
-  if (unreachable) return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
+  if (unreachable)
+    return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
   std::lock_guard lock(mu_);
   uint64_t n = 0;
   for (auto it = uploads_.begin(); it != uploads_.end();) {
@@ -147,7 +159,8 @@ Result<uint64_t> DirObjectStore::abort_uploads(const std::string& prefix) {
 }
 
 Status DirObjectStore::remove(const std::vector<std::string>& keys) {
-  if (unreachable) return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
+  if (unreachable)
+    return Status(StatusCode::kIoError, "connection refused (test store unreachable)", 111);
   for (const std::string& k : keys) {
     FP_RETURN_IF_ERROR(ObjectStore::check_key(k));
     std::error_code ec;

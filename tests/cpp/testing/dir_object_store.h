@@ -26,8 +26,8 @@ class DirObjectStore final : public ObjectStore {
   Status get(const std::string& key, uint64_t offset, std::span<std::byte> into) override;
   Status put(const std::string& key, std::span<const std::byte> data) override;
   Result<std::string> begin_upload(const std::string& key) override;
-  Result<std::string> upload_part(const std::string& key, const std::string& upload_id, int part_number,
-                                  std::span<const std::byte> data) override;
+  Result<std::string> upload_part(const std::string& key, const std::string& upload_id,
+                                  int part_number, std::span<const std::byte> data) override;
   Status complete_upload(const std::string& key, const std::string& upload_id,
                          const std::vector<std::string>& etags) override;
   Status abort_upload(const std::string& key, const std::string& upload_id) override;
@@ -39,7 +39,7 @@ class DirObjectStore final : public ObjectStore {
   std::atomic<bool> unreachable{false};
   // Memory runs out inside the store's client: list() throws std::bad_alloc while set.
   std::atomic<bool> out_of_memory{false};
-  std::string fail_key;  // set before use
+  std::string fail_key;                     // set before use
   std::chrono::milliseconds part_delay{0};  // each upload_part sleeps this long
   // A lying listing: list() reports each manifest.json this many bytes larger than it is.
   std::atomic<uint64_t> manifest_size_lie{0};
@@ -49,7 +49,7 @@ class DirObjectStore final : public ObjectStore {
   std::atomic<int> most_parts_in_flight{0};
   std::atomic<uint64_t> parts_uploaded{0};
   std::atomic<uint64_t> puts{0};
-  std::atomic<uint64_t> largest_get{0};  // the most bytes one get() asked for
+  std::atomic<uint64_t> largest_get{0};     // the most bytes one get() asked for
   std::vector<std::string> open_uploads();  // "key upload-id" of unfinished uploads
 
   // The object's bytes ("" when absent); writes an object directly (damage, debris).

@@ -19,14 +19,26 @@ std::vector<EngineConfig> base_configs() {
   c.push_back({.name = "p1_bs1m"});
   c.push_back({.name = "p3_bs1m_overlap", .intra_op_parallelism = 3, .overlap_events = true});
   c.push_back({.name = "p1_bs4k_single_submit", .block_size = 4096, .single_submit = true});
-  c.push_back({.name = "p3_bs4k_overlap_qd4", .intra_op_parallelism = 3, .queue_depth = 4,
-               .block_size = 4096, .overlap_events = true});
-  c.push_back({.name = "p2_buffered_overlap", .intra_op_parallelism = 2, .overlap_events = true,
+  c.push_back({.name = "p3_bs4k_overlap_qd4",
+               .intra_op_parallelism = 3,
+               .queue_depth = 4,
+               .block_size = 4096,
+               .overlap_events = true});
+  c.push_back({.name = "p2_buffered_overlap",
+               .intra_op_parallelism = 2,
+               .overlap_events = true,
                .direct_io = false});
-  c.push_back({.name = "p2_qd1_default_threshold", .intra_op_parallelism = 2, .queue_depth = 1,
-               .block_size = 64 << 10, .direct_io_min_bytes = EngineOptions{}.direct_io_min_bytes});
-  c.push_back({.name = "p3_short_transfers", .intra_op_parallelism = 3, .queue_depth = 8,
-               .block_size = 256 << 10, .overlap_events = true, .short_transfers = true});
+  c.push_back({.name = "p2_qd1_default_threshold",
+               .intra_op_parallelism = 2,
+               .queue_depth = 1,
+               .block_size = 64 << 10,
+               .direct_io_min_bytes = EngineOptions{}.direct_io_min_bytes});
+  c.push_back({.name = "p3_short_transfers",
+               .intra_op_parallelism = 3,
+               .queue_depth = 8,
+               .block_size = 256 << 10,
+               .overlap_events = true,
+               .short_transfers = true});
   return c;
 }
 
@@ -56,7 +68,9 @@ EngineOptions EngineConfig::options() const {
   return o;
 }
 
-std::string EngineConfig::test_name() const { return std::string(backend_name(backend)) + "_" + name; }
+std::string EngineConfig::test_name() const {
+  return std::string(backend_name(backend)) + "_" + name;
+}
 
 void PrintTo(const EngineConfig& config, std::ostream* os) { *os << config.test_name(); }
 
@@ -72,8 +86,9 @@ std::vector<EngineConfig> large_transfer_configs() {
 
 Result<std::unique_ptr<IoEngine>> make_engine(const EngineConfig& config) {
   if (!config.short_transfers) return IoEngine::create(config.options());
-  FP_ASSIGN_OR_RETURN(auto faults, FaultInjector::create({.kind = FaultKind::kShort, .repeat = true},
-                                                         config.backend));
+  FP_ASSIGN_OR_RETURN(
+      auto faults,
+      FaultInjector::create({.kind = FaultKind::kShort, .repeat = true}, config.backend));
   return IoEngine::create(config.options(), faults->factory(),
                           std::string(backend_name(config.backend)) + " with short transfers");
 }
@@ -84,8 +99,8 @@ void EngineTest::SetUp() {
   FP_ASSERT_OK_AND_ASSIGN(engine_, make_engine(GetParam()));
 }
 
-Result<uint64_t> EngineTest::write_at(const std::string& path, const std::byte* data, uint64_t length,
-                                      uint64_t offset, bool truncate) {
+Result<uint64_t> EngineTest::write_at(const std::string& path, const std::byte* data,
+                                      uint64_t length, uint64_t offset, bool truncate) {
   IoRequest r;
   r.kind = IoKind::kWrite;
   r.buffer = const_cast<std::byte*>(data);

@@ -53,7 +53,8 @@ class EngineTest : public ::testing::TestWithParam<EngineConfig> {
 
   Result<uint64_t> write_at(const std::string& path, const std::byte* data, uint64_t length,
                             uint64_t offset, bool truncate = false);
-  Result<uint64_t> read_at(const std::string& path, std::byte* data, uint64_t length, uint64_t offset);
+  Result<uint64_t> read_at(const std::string& path, std::byte* data, uint64_t length,
+                           uint64_t offset);
 
   // Writes `size` random bytes at `offset` of a new file from a buffer `misalign` bytes past a
   // page boundary, checks the file with plain POSIX reads, reads it back through the engine

@@ -32,8 +32,9 @@ int64_t transfer_buffered(const IoOp& op) {
   UniqueFd fd(::open(proc.c_str(), (fl & O_ACCMODE) | O_CLOEXEC));
   if (!fd.valid()) return -errno;
   for (;;) {
-    ssize_t n = op.is_write ? ::pwrite(fd.get(), op.buffer, op.length, static_cast<off_t>(op.file_offset))
-                            : ::pread(fd.get(), op.buffer, op.length, static_cast<off_t>(op.file_offset));
+    ssize_t n = op.is_write
+                    ? ::pwrite(fd.get(), op.buffer, op.length, static_cast<off_t>(op.file_offset))
+                    : ::pread(fd.get(), op.buffer, op.length, static_cast<off_t>(op.file_offset));
     if (n < 0 && errno == EINTR) continue;
     return n < 0 ? -errno : n;
   }
@@ -121,9 +122,12 @@ class FaultBackend final : public IoBackend {
 
 bool matches(FaultOps ops, const IoOp& op) {
   switch (ops) {
-    case FaultOps::kAll: return true;
-    case FaultOps::kWrites: return op.is_write;
-    case FaultOps::kReads: return !op.is_write;
+    case FaultOps::kAll:
+      return true;
+    case FaultOps::kWrites:
+      return op.is_write;
+    case FaultOps::kReads:
+      return !op.is_write;
   }
   return false;
 }

@@ -40,9 +40,9 @@ enum class FaultOps { kAll, kWrites, kReads };
 struct FaultSpec {
   FaultKind kind = FaultKind::kNone;
   int error = EIO;
-  uint64_t nth = 1;               // 1-based, counting matching operations only
+  uint64_t nth = 1;  // 1-based, counting matching operations only
   FaultOps ops = FaultOps::kAll;
-  bool repeat = false;            // every matching operation from the nth on, not only the nth
+  bool repeat = false;  // every matching operation from the nth on, not only the nth
   // kShort: bytes transferred; 0 means half. Operations too small to shorten pass through
   // untouched and do not count as injected.
   uint64_t short_bytes = 0;

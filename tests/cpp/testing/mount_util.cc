@@ -14,9 +14,8 @@ namespace fastpersist::testing {
 namespace {
 
 Status mount_error(int err, const std::string& what, const std::string& target) {
-  std::string hint = (err == EPERM || err == EACCES) && ::geteuid() != 0
-                         ? " (mounting needs root)"
-                         : "";
+  std::string hint =
+      (err == EPERM || err == EACCES) && ::geteuid() != 0 ? " (mounting needs root)" : "";
   return Status::from_errno(err, "cannot mount " + what + hint).with_path(target);
 }
 
@@ -40,7 +39,8 @@ int run_shell(const std::string& command) {
 Result<ScopedMount> ScopedMount::memory_fs(const std::string& type, const std::string& target,
                                            uint64_t size_bytes) {
   std::string data = size_bytes != 0 ? "size=" + std::to_string(size_bytes) : "";
-  if (::mount(type.c_str(), target.c_str(), type.c_str(), 0, data.empty() ? nullptr : data.c_str()) != 0) {
+  if (::mount(type.c_str(), target.c_str(), type.c_str(), 0,
+              data.empty() ? nullptr : data.c_str()) != 0) {
     return mount_error(errno, type, target);
   }
   return ScopedMount(target);
@@ -52,7 +52,8 @@ Result<ScopedMount> ScopedMount::ext4_image(const std::string& image, const std:
     return Status(StatusCode::kUnavailable, "mkfs.ext4 not found (apt-get install e2fsprogs)");
   }
   std::string cmd = "truncate -s " + std::to_string(size_bytes) + " '" + image +
-                    "' && PATH=$PATH:/sbin:/usr/sbin mkfs.ext4 -q -F '" + image + "' >/dev/null 2>&1";
+                    "' && PATH=$PATH:/sbin:/usr/sbin mkfs.ext4 -q -F '" + image +
+                    "' >/dev/null 2>&1";
   if (run_shell(cmd) != 0) {
     return Status(StatusCode::kUnavailable, "mkfs.ext4 failed on the image").with_path(image);
   }
@@ -67,7 +68,8 @@ Result<ScopedMount> ScopedMount::ext4_image(const std::string& image, const std:
   return ScopedMount(target);
 }
 
-Result<ScopedMount> ScopedMount::read_only_bind(const std::string& source, const std::string& target) {
+Result<ScopedMount> ScopedMount::read_only_bind(const std::string& source,
+                                                const std::string& target) {
   if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
     return mount_error(errno, "bind of " + source, target);
   }
@@ -83,7 +85,8 @@ ScopedMount::~ScopedMount() {
   if (!target_.empty()) ::umount2(target_.c_str(), MNT_DETACH);
 }
 
-ScopedMount::ScopedMount(ScopedMount&& other) noexcept : target_(std::exchange(other.target_, "")) {}
+ScopedMount::ScopedMount(ScopedMount&& other) noexcept
+    : target_(std::exchange(other.target_, "")) {}
 
 ScopedMount& ScopedMount::operator=(ScopedMount&& other) noexcept {
   if (this != &other) {

@@ -17,7 +17,8 @@ namespace {
 std::string make_temp_dir(const std::string& parent) {
   std::string pattern = parent + "/fastpersist-test-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
-    std::fprintf(stderr, "TempDir: mkdtemp(%s) failed: %s\n", pattern.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "TempDir: mkdtemp(%s) failed: %s\n", pattern.c_str(),
+                 std::strerror(errno));
     std::abort();
   }
   return pattern;

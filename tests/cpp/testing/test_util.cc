@@ -99,7 +99,8 @@ Status write_whole_file(const std::string& path, std::span<const std::byte> byte
   if (!fd.valid()) return Status::from_errno(errno, "open for writing").with_path(path);
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::pwrite(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    ssize_t n =
+        ::pwrite(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return Status::from_errno(n < 0 ? errno : EIO, "pwrite").with_path(path);
     done += static_cast<size_t>(n);
@@ -126,7 +127,8 @@ std::vector<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
-std::string first_difference(std::span<const std::byte> expected, std::span<const std::byte> actual) {
+std::string first_difference(std::span<const std::byte> expected,
+                             std::span<const std::byte> actual) {
   size_t n = std::min(expected.size(), actual.size());
   for (size_t i = 0; i < n; ++i) {
     if (expected[i] != actual[i]) {
@@ -142,12 +144,15 @@ std::string first_difference(std::span<const std::byte> expected, std::span<cons
   return "";
 }
 
-std::vector<Backend> real_backends() { return {Backend::kIoUring, Backend::kLibaio, Backend::kThreads}; }
+std::vector<Backend> real_backends() {
+  return {Backend::kIoUring, Backend::kLibaio, Backend::kThreads};
+}
 
 std::optional<std::string> backend_skip_reason(Backend backend) {
   BackendProbe probe = probe_backend(backend);
   if (probe.available) return std::nullopt;
-  std::string why = std::string(backend_name(backend)) + " backend unavailable here: " + probe.reason;
+  std::string why =
+      std::string(backend_name(backend)) + " backend unavailable here: " + probe.reason;
   if (!probe.fix.empty()) why += " (fix: " + probe.fix + ")";
   return why;
 }

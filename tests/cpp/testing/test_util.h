@@ -52,7 +52,8 @@ Result<uint64_t> file_size(const std::string& path);
 std::vector<std::string> list_dir(const std::string& dir);
 
 // "" when equal, else where and how they first differ (for EXPECT_EQ("", ...)).
-std::string first_difference(std::span<const std::byte> expected, std::span<const std::byte> actual);
+std::string first_difference(std::span<const std::byte> expected,
+                             std::span<const std::byte> actual);
 
 // io_uring, libaio, threads: the backends every engine test runs against.
 std::vector<Backend> real_backends();

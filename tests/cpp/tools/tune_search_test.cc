@@ -17,7 +17,8 @@ namespace {
 Space grid() {
   Space s;
   s.backends = {Backend::kIoUring, Backend::kLibaio, Backend::kThreads};
-  for (size_t kib : {128, 256, 512, 1024, 2048, 4096, 8192, 16384}) s.block_sizes.push_back(kib << 10);
+  for (size_t kib : {128, 256, 512, 1024, 2048, 4096, 8192, 16384})
+    s.block_sizes.push_back(kib << 10);
   s.queue_depths = {4, 8, 16, 32, 64, 128};
   s.parallelism = {1, 2, 4, 8};
   return s;
@@ -31,8 +32,12 @@ size_t grid_size(const Space& s) {
 // A smooth landscape whose best is libaio, 2 MiB blocks, queue depth 16, parallelism 4,
 // batched submits, overlapped events: each setting's factor peaks at its best value.
 double landscape(const Candidate& c) {
-  auto peak = [](double x, double best) { return 1.0 / (1.0 + 0.3 * std::pow(std::log2(x / best), 2)); };
-  double backend = c.engine.backend == Backend::kLibaio ? 1.0 : c.engine.backend == Backend::kIoUring ? 0.9 : 0.5;
+  auto peak = [](double x, double best) {
+    return 1.0 / (1.0 + 0.3 * std::pow(std::log2(x / best), 2));
+  };
+  double backend = c.engine.backend == Backend::kLibaio    ? 1.0
+                   : c.engine.backend == Backend::kIoUring ? 0.9
+                                                           : 0.5;
   return 3.0 * backend * peak(static_cast<double>(c.engine.block_size), 2 << 20) *
          peak(c.engine.queue_depth, 16) * peak(c.engine.intra_op_parallelism, 4) *
          (c.engine.single_submit ? 0.8 : 1.0) * (c.engine.overlap_events ? 1.0 : 0.9);
@@ -94,7 +99,8 @@ TEST(TuneSearchTest, PrunesAScanAfterTwoClearlyWorseValues) {
   // good), then 512 KiB and 1 MiB (a quarter of the best: clearly worse) and stops there: the
   // larger blocks are never measured.
   Space s;
-  for (size_t kib : {128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) s.block_sizes.push_back(kib << 10);
+  for (size_t kib : {128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536})
+    s.block_sizes.push_back(kib << 10);
   s.single_submit.clear();
   s.overlap_events.clear();
   std::map<size_t, int> tried;
@@ -111,7 +117,8 @@ TEST(TuneSearchTest, PrunesAScanAfterTwoClearlyWorseValues) {
   EXPECT_EQ(r->ranked.front().median(), 4.0);
   EXPECT_EQ(tried.size(), 4u);
   EXPECT_EQ(tried.count(size_t{2} << 20), 0u);
-  for (const auto& [block, times] : tried) EXPECT_EQ(times, 1) << block << ": measured once, then reused";
+  for (const auto& [block, times] : tried)
+    EXPECT_EQ(times, 1) << block << ": measured once, then reused";
 }
 
 TEST(TuneSearchTest, KeepsToItsBudget) {
