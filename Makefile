@@ -168,7 +168,8 @@ CXX_SOURCES = $(shell find include src tools python/bindings tests bench example
 
 lint: $(STAMPS)/requirements
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="clang-format"
-	clang-format --dry-run -Werror $(CXX_SOURCES)
+	@echo "clang-format --dry-run -Werror ($(words $(CXX_SOURCES)) C++ files)"
+	@clang-format --dry-run -Werror $(CXX_SOURCES)
 	$(VENV)/bin/ruff check python tests bench
 
 test-cpp: build

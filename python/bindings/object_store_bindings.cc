@@ -239,6 +239,12 @@ void bind_object_stores(nb::module_& m) {
       "opener"_a.none(),
       "Installs the function that turns a tier URL into an object store (None: none).");
   m.def("is_object_store_url", [](const std::string& path) { return is_object_store_url(path); });
+  m.def(
+      "check_object_key", [](const std::string& key) { check(ObjectStore::check_key(key)); },
+      "key"_a,
+      "Raises ValueError unless `key` is a well-formed relative object key "
+      "(ObjectStore::check_key: "
+      "not empty, no leading '/', no empty, '.' or '..' segment, no control character).");
 
   nb::class_<TierOptions> tier = nb::borrow<nb::class_<TierOptions>>(m.attr("TierOptions"));
   tier.def_prop_rw(

@@ -27,6 +27,8 @@ import errno
 import re
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
+from . import _core
+
 from ._seekable import SeekableReader
 
 # Bytes to send: anything with the buffer protocol of one dimension, usually a memoryview over
@@ -84,21 +86,22 @@ def parse_url(url: str) -> Tuple[str, str]:
 
 
 def _check_key(key: str) -> None:
+    """The one rule for object keys, C++'s (``ObjectStore::check_key``): the store's listing is
+    untrusted input, and the core checks every key it is handed by the same function."""
     if not isinstance(key, str):
         raise TypeError(f"fastpersist: an object key must be a str, got {type(key).__name__}")
-    if key.startswith("/"):
-        raise ValueError(f"fastpersist: object key {key!r} must be relative (no leading '/')")
-    _check_segments("object key", key, key)
+    _core.check_object_key(key)
 
 
 def _check_prefix(prefix: str) -> None:
     """A listing prefix: empty (everything) or a key, optionally ending with '/'."""
     if not isinstance(prefix, str):
         raise TypeError(f"fastpersist: a key prefix must be a str, got {type(prefix).__name__}")
-    if prefix.startswith("/"):
-        raise ValueError(f"fastpersist: key prefix {prefix!r} must be relative (no leading '/')")
     if prefix:
-        _check_segments("key prefix", prefix, prefix[:-1] if prefix.endswith("/") else prefix)
+        try:
+            _core.check_object_key(prefix[:-1] if prefix.endswith("/") else prefix)
+        except ValueError as e:
+            raise ValueError(f"fastpersist: key prefix {prefix!r}: {e}") from None
 
 
 def _bytes_view(data: BytesLike, *, writable: bool) -> memoryview:

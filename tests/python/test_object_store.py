@@ -90,7 +90,7 @@ def offline_store() -> S3Store:
     return S3Store("s3://bucket/prefix", endpoint_url="http://127.0.0.1:9", region="us-east-1")
 
 
-@pytest.mark.parametrize("key", ["/abs", "..", "a/../b", "a/..", "./a", "a//b", "a/", ""])
+@pytest.mark.parametrize("key", ["/abs", "..", "a/../b", "a/..", "./a", "a//b", "a/", "", "a\nb"])
 def test_bad_keys_are_refused(offline_store, key):
     with pytest.raises(ValueError, match="object key|relative"):
         offline_store.put(key, b"x")
