@@ -81,6 +81,12 @@ TierStatusRecord tier_record(const TierState& t) {
 
 using PlaceState = std::tuple<InfoState, std::vector<std::string>, bool>;
 
+PlaceState place_state(const CheckpointPlace& p) { return {info_state(p.info), p.roots, p.local}; }
+
+CheckpointPlace place_of(const PlaceState& st) {
+  return CheckpointPlace{info_of(std::get<0>(st)), std::get<1>(st), std::get<2>(st)};
+}
+
 struct CheckpointListing {
   std::vector<CheckpointInfo> committed;
   std::vector<std::string> damaged;
@@ -133,21 +139,15 @@ void bind_records(nb::module_& m) {
           "The checkpoint, as the first root lists it.")
       .def_prop_ro("roots", [](const CheckpointPlace& p) { return str_tuple(p.roots); })
       .def_ro("local", &CheckpointPlace::local, "Whether roots[0] is the local root.")
-      .def(
-          "__getstate__",
-          [](const CheckpointPlace& p) { return PlaceState(info_state(p.info), p.roots, p.local); })
+      .def("__getstate__", [](const CheckpointPlace& p) { return place_state(p); })
       .def("__setstate__",
-           [](CheckpointPlace& p, const PlaceState& st) {
-             new (&p) CheckpointPlace{info_of(std::get<0>(st)), std::get<1>(st), std::get<2>(st)};
-           })
+           [](CheckpointPlace& p, const PlaceState& st) { new (&p) CheckpointPlace(place_of(st)); })
       .def("__repr__", [](const CheckpointPlace& p) {
         return nb::str("CheckpointLocation(tag={!r}, step={!r}, roots={!r}, local={})")
             .format(p.info.tag, p.info.step, str_tuple(p.roots), p.local);
       });
-  comparable(
-      place,
-      [](const CheckpointPlace& p) { return PlaceState(info_state(p.info), p.roots, p.local); },
-      [](const CheckpointPlace& p) { return std::make_pair(p.info.tag, p.info.sequence); });
+  comparable(place, place_state,
+             [](const CheckpointPlace& p) { return std::make_pair(p.info.tag, p.info.sequence); });
 
   auto tier = nb::class_<TierStatusRecord>(
       m, "TierStatus", "Where one tier stands (CheckpointManager.tier_status()).");
@@ -206,17 +206,13 @@ void bind_records(nb::module_& m) {
       .def("__getstate__",
            [](const CheckpointLocations& l) {
              LocationsState st;
-             for (const CheckpointPlace& p : l.places)
-               st.first.emplace_back(info_state(p.info), p.roots, p.local);
+             for (const CheckpointPlace& p : l.places) st.first.push_back(place_state(p));
              st.second = l.unreachable;
              return st;
            })
       .def("__setstate__", [](CheckpointLocations& l, const LocationsState& st) {
         new (&l) CheckpointLocations();
-        for (const PlaceState& p : st.first) {
-          l.places.push_back(
-              CheckpointPlace{info_of(std::get<0>(p)), std::get<1>(p), std::get<2>(p)});
-        }
+        for (const PlaceState& p : st.first) l.places.push_back(place_of(p));
         l.unreachable = st.second;
       });
 
