@@ -8,8 +8,9 @@
 #   make build     C++ library, CLI and GoogleTest suite in build/ (-Werror)
 #   make python    `pip install .` into .venv, only when a source file changed
 #   make test      ctest + pytest
-#   make lint      clang-format (.clang-format) over the C++ code and ruff ([tool.ruff] in
-#                  pyproject.toml) over the Python code; any finding fails it; run by .ci/run
+#   make lint      clang-format (.clang-format) over the C++ code, ruff ([tool.ruff] in
+#                  pyproject.toml) over the Python code, and lizard: no C++ function over
+#                  MAX_FUNCTION_LINES (100) lines; any finding fails it; run by .ci/run
 #   make example   install build/ into a prefix, build examples/cpp against it out of tree, run it
 #   make sanitize  ctest under ASan+UBSan (build-asan/) and TSan (build-tsan/); not part of `test`,
 #                  run by .ci/run after it
@@ -32,6 +33,7 @@ CMAKE      ?= cmake
 CTEST      ?= ctest
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_ARGS ?=
+MAX_FUNCTION_LINES ?= 100
 PYTEST_ARGS ?= -q
 
 VENV_PY    := $(VENV)/bin/python
@@ -171,6 +173,9 @@ lint: $(STAMPS)/requirements
 	@echo "clang-format --dry-run -Werror ($(words $(CXX_SOURCES)) C++ files)"
 	@clang-format --dry-run -Werror $(CXX_SOURCES)
 	$(VENV)/bin/ruff check python tests bench
+	@echo "lizard: no function over $(MAX_FUNCTION_LINES) lines in src/ tools/ python/bindings/"
+	@$(VENV)/bin/lizard --length $(MAX_FUNCTION_LINES) --CCN 100000 --arguments 100 \
+	  --Threshold nloc=100000 --warnings_only src tools python/bindings
 
 test-cpp: build
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure $(CTEST_ARGS)

@@ -18,7 +18,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "fastpersist/checkpoint.h"
@@ -30,11 +29,6 @@
 #include "fastpersist/status.h"
 
 namespace fastpersist {
-
-namespace checkpoint {
-struct LoadPlan;       // load_plan.h (private to the library)
-class DeltaBaseBytes;  // delta_base.h (private to the library)
-}  // namespace checkpoint
 
 // Committed checkpoints under `root`, oldest to newest (manifest sequence, then tag). Directories
 // that fail the cheap checks are skipped; `skipped` (optional) receives "tag: reason" for each.
@@ -84,8 +78,12 @@ class CheckpointReader {
   // Reads and decodes the manifest of the checkpoint directory `dir`.
   static Result<std::unique_ptr<CheckpointReader>> open(const std::string& dir,
                                                         std::shared_ptr<IoEngine> engine);
-  const Manifest& manifest() const { return manifest_; }
-  const std::string& dir() const { return dir_; }
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const Manifest& manifest() const;
+  const std::string& dir() const;
 
   // Plans and runs a whole load (checkpoint_load.h): selects, checks (names, shapes, every
   // destination's capacity, strides and writability, encodings) before the first read, then
@@ -139,32 +137,12 @@ class CheckpointReader {
   // are not the recorded ones.
   Result<std::string> read_file(std::string_view name);
 
- private:
-  CheckpointReader(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine);
-  // The file a tensor lies in (decode_manifest checked that it is listed), and its path
-  // (manifest_file_path: a v2 reference may point into another checkpoint of the root).
-  const ManifestFile& file_of(const ManifestTensor& t) const { return *files_.at(t.file).first; }
-  const std::string& path_of(const ManifestTensor& t) const { return files_.at(t.file).second; }
-  Status check_encoding(const ManifestTensor& t) const;
-  // The base bytes of an XOR delta (t.delta_base set); null for any other tensor.
-  Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base_of(
-      const ManifestTensor& t) const;
-  // The stored bytes of `tensors` (compressed ones included) into `buffer` (grown when too
-  // small, else reused: no fresh memory to fault in), one aligned read per tensor; `data[i]`
-  // receives where tensor i's stored bytes start. Data headers checked when `verify_headers`,
-  // tensor checksums never (load() checks them on the decoded bytes).
-  Status read_stored_into(const std::vector<size_t>& tensors, bool verify_headers,
-                          PinnedBuffer& buffer, std::vector<const std::byte*>* data);
-  // load()'s step for compressed tensors (load_decode.cc): decodes every tensor the plan routes
-  // there; `report(bytes)` after each batch.
-  struct DecodeStep;
-  Status load_decoded(const checkpoint::LoadPlan& plan, const LoadRequest& request, LoadResult& out,
-                      const std::function<void(uint64_t)>& report);
+  // The reader's state and steps (checkpoint/reader_impl.h, private to the library).
+  class Impl;
 
-  std::string dir_;
-  Manifest manifest_;
-  std::shared_ptr<IoEngine> engine_;
-  std::unordered_map<std::string, std::pair<const ManifestFile*, std::string>> files_;
+ private:
+  explicit CheckpointReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fastpersist

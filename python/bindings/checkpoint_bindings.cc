@@ -245,11 +245,9 @@ class PyCheckpointReader {
   std::unique_ptr<CheckpointReader> reader_;
 };
 
-}  // namespace
+using namespace nb::literals;
 
-void bind_checkpoint(nb::module_& m) {
-  using namespace nb::literals;
-
+void bind_checkpoint_options(nb::module_& m) {
   nb::class_<CheckpointOptions>(m, "CheckpointOptions")
       .def(nb::init<>())
       .def_rw("engine", &CheckpointOptions::engine)
@@ -293,7 +291,9 @@ void bind_checkpoint(nb::module_& m) {
       .def_rw("every", &TierOptions::every)
       .def_rw("bandwidth_bytes_per_second", &TierOptions::bandwidth_bytes_per_second)
       .def("validate", [](const TierOptions& t) { check(t.validate()); });
+}
 
+void bind_checkpoint_manager(nb::module_& m) {
   nb::class_<PendingSave>(m, "PendingSave")
       .def_prop_ro("tag", &PendingSave::tag)
       .def("snapshot_done", &PendingSave::snapshot_done)
@@ -386,7 +386,9 @@ void bind_checkpoint(nb::module_& m) {
             return out;
           },
           "keep_last"_a.none(), "keep_every"_a.none(), "verify"_a = false);
+}
 
+void bind_checkpoint_reader(nb::module_& m) {
   nb::class_<SplitFileReader>(m, "SplitFile",
                               "A split file of a checkpoint, read in ranges (split_file.h).")
       .def_prop_ro("size", &SplitFileReader::size)
@@ -425,7 +427,10 @@ void bind_checkpoint(nb::module_& m) {
            "listed).")
       .def_prop_ro("manifest", &PyCheckpointReader::manifest, nb::rv_policy::reference_internal)
       .def_prop_ro("dir", &PyCheckpointReader::dir);
+}
 
+// The free functions over a root or one checkpoint: latest, tag rule, verification.
+void bind_checkpoint_functions(nb::module_& m) {
   m.def(
       "latest_checkpoint",
       [](const std::string& root) {
@@ -452,7 +457,9 @@ void bind_checkpoint(nb::module_& m) {
                               report.has_checksums};
       },
       "dir"_a, "engine_options"_a, "progress"_a.none());
+}
 
+void bind_safetensors(nb::module_& m) {
   m.def(
       "encode_safetensors_header",
       [](const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
@@ -485,6 +492,16 @@ void bind_checkpoint(nb::module_& m) {
         return unwrap(without_gil([&] { return read_safetensors_header(path); }));
       },
       "path"_a);
+}
+
+}  // namespace
+
+void bind_checkpoint(nb::module_& m) {
+  bind_checkpoint_options(m);
+  bind_checkpoint_manager(m);
+  bind_checkpoint_reader(m);
+  bind_checkpoint_functions(m);
+  bind_safetensors(m);
 }
 
 }  // namespace fastpersist::python

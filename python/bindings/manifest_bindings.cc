@@ -32,11 +32,9 @@ using TensorState = std::tuple<std::string, std::string, std::vector<uint64_t>, 
 using FileState =
     std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t, std::optional<uint32_t>>;
 
-}  // namespace
+using namespace nb::literals;
 
-void bind_manifest(nb::module_& m) {
-  using namespace nb::literals;
-
+void bind_manifest_tensor(nb::module_& m) {
   nb::class_<ManifestTensor>(m, "ManifestTensor",
                              "One stored tensor of a checkpoint (read-only; pickles).")
       .def_ro("name", &ManifestTensor::name)
@@ -92,7 +90,9 @@ void bind_manifest(nb::module_& m) {
       .def("__repr__", [](const ManifestTensor& t) {
         return nb::str("ManifestTensor({!r}, {}, {})").format(utf8_str(t.name), t.dtype, t.shape);
       });
+}
 
+void bind_manifest_file(nb::module_& m) {
   nb::class_<ManifestFile>(m, "ManifestFile", "One file of a checkpoint (read-only; pickles).")
       .def_ro("name", &ManifestFile::name)
       .def_ro("role", &ManifestFile::role)
@@ -114,7 +114,9 @@ void bind_manifest(nb::module_& m) {
       .def("__repr__", [](const ManifestFile& f) {
         return nb::str("ManifestFile({!r}, {}, {})").format(f.name, f.role, f.size);
       });
+}
 
+void bind_manifest_record(nb::module_& m) {
   nb::class_<Manifest>(m, "Manifest", "A checkpoint's decoded manifest (read-only).")
       .def_ro("format_version", &Manifest::format_version)
       .def_ro("tag", &Manifest::tag)
@@ -140,7 +142,9 @@ void bind_manifest(nb::module_& m) {
             return out;
           },
           "Every tensor name: the stored tensors in manifest order, then the aliases.");
+}
 
+void bind_dtype_table(nb::module_& m) {
   nb::class_<DtypeInfo>(m, "DtypeInfo", "One row of the dtype table (dtype.h).")
       .def_prop_ro(
           "name", [](const DtypeInfo& d) { return std::string(d.name); },
@@ -157,6 +161,15 @@ void bind_manifest(nb::module_& m) {
       "dtype_table",
       [] { return std::vector<DtypeInfo>(dtype_table().begin(), dtype_table().end()); },
       "Every dtype, in a fixed order.");
+}
+
+}  // namespace
+
+void bind_manifest(nb::module_& m) {
+  bind_manifest_tensor(m);
+  bind_manifest_file(m);
+  bind_manifest_record(m);
+  bind_dtype_table(m);
 }
 
 }  // namespace fastpersist::python

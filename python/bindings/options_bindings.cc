@@ -18,10 +18,11 @@
 #include "fastpersist/pinned_buffer.h"
 
 namespace fastpersist::python {
+namespace {
 
-void bind_options(nb::module_& m) {
-  using namespace nb::literals;
+using namespace nb::literals;
 
+void bind_engine_options(nb::module_& m) {
   nb::class_<EngineOptions>(m, "EngineOptions", "Engine knobs; defaults are DeepNVMe's.")
       .def(nb::init<>())
       .def_prop_rw(
@@ -37,7 +38,10 @@ void bind_options(nb::module_& m) {
       .def_rw("direct_io", &EngineOptions::direct_io)
       .def_rw("direct_io_min_bytes", &EngineOptions::direct_io_min_bytes)
       .def("validate", [](const EngineOptions& o) { check(o.validate()); });
+}
 
+// The configuration file and the environment over it; the size parsers.
+void bind_config(nb::module_& m) {
   m.def(
       "engine_options_from_env",
       [](const EngineOptions& base) { return unwrap(engine_options_from_env(base)); }, "base"_a,
@@ -66,7 +70,9 @@ void bind_options(nb::module_& m) {
   m.def(
       "parse_hf_size", [](const std::string& text) { return unwrap(parse_hf_size(text)); },
       "text"_a, "Parses a size as Hugging Face means it: '5GB' is 5*10^9 bytes, '5GiB' 5*2^30.");
+}
 
+void bind_backend_probes(nb::module_& m) {
   auto probe = nb::class_<BackendProbe>(
       m, "BackendInfo",
       "One I/O backend: whether it was compiled in, whether it runs here, and if not why.");
@@ -100,7 +106,9 @@ void bind_options(nb::module_& m) {
         return std::make_pair(std::string(backend_name(chosen)), why);
       },
       "name"_a, "The backend `name` resolves to on this machine, and why.");
+}
 
+void bind_io_stats(nb::module_& m) {
   auto stats =
       nb::class_<IoStats>(m, "IoStats", "Counters of one handle's engine since it was created.");
   stats.def_ro("requests", &IoStats::requests)
@@ -128,7 +136,9 @@ void bind_options(nb::module_& m) {
                            st.direct_fallbacks, st.last_fallback_reason);
   };
   comparable(stats, stats_state, stats_state);
+}
 
+void bind_file_io_mode(nb::module_& m) {
   auto mode = nb::class_<FileIoMode>(
       m, "FileIoMode",
       "How the engine opens files in a folder: O_DIRECT or not (and why), alignment.");
@@ -153,7 +163,10 @@ void bind_options(nb::module_& m) {
         return unwrap(std::move(r));
       },
       "path"_a, "How the engine would open `path` (a file or a folder) for writing.");
+}
 
+// Pinned-memory limits and the CUDA runtime, as `fastpersist report` shows them.
+void bind_memory_probes(nb::module_& m) {
   nb::class_<MemlockInfo>(m, "MemlockInfo")
       .def_ro("soft_limit", &MemlockInfo::soft_limit)
       .def_ro("hard_limit", &MemlockInfo::hard_limit)
@@ -174,6 +187,17 @@ void bind_options(nb::module_& m) {
       "device"_a,
       "'' when checkpoint snapshots can copy from CUDA device `device` (in C++, into pinned "
       "staging); otherwise why not.");
+}
+
+}  // namespace
+
+void bind_options(nb::module_& m) {
+  bind_engine_options(m);
+  bind_config(m);
+  bind_backend_probes(m);
+  bind_io_stats(m);
+  bind_file_io_mode(m);
+  bind_memory_probes(m);
 }
 
 }  // namespace fastpersist::python

@@ -92,10 +92,9 @@ struct CheckpointListing {
   std::vector<std::string> damaged;
 };
 
-}  // namespace
+using namespace nb::literals;
 
-void bind_records(nb::module_& m) {
-  using namespace nb::literals;
+void bind_checkpoint_info(nb::module_& m) {
   auto info = nb::class_<CheckpointInfo>(
       m, "CheckpointInfo", "A committed checkpoint as CheckpointManager.checkpoints() lists it.");
   info.def_ro("tag", &CheckpointInfo::tag)
@@ -127,7 +126,9 @@ void bind_records(nb::module_& m) {
       });
   comparable(info, info_state,
              [](const CheckpointInfo& c) { return std::make_pair(c.tag, c.sequence); });
+}
 
+void bind_checkpoint_location(nb::module_& m) {
   auto place = nb::class_<CheckpointPlace>(
       m, "CheckpointLocation",
       "A committed checkpoint and every root that holds it, the local root first.");
@@ -148,7 +149,9 @@ void bind_records(nb::module_& m) {
       });
   comparable(place, place_state,
              [](const CheckpointPlace& p) { return std::make_pair(p.info.tag, p.info.sequence); });
+}
 
+void bind_tier_status(nb::module_& m) {
   auto tier = nb::class_<TierStatusRecord>(
       m, "TierStatus", "Where one tier stands (CheckpointManager.tier_status()).");
   tier.def_prop_ro("path", [](const TierStatusRecord& t) { return utf8_str(t.path); })
@@ -176,7 +179,10 @@ void bind_records(nb::module_& m) {
             .format(utf8_str(t.path), t.draining, str_tuple(t.waiting), utf8_str(t.last_error));
       });
   comparable(tier, tier_state, [](const TierStatusRecord& t) { return t.path; });
+}
 
+// The answers that carry lists of the records above: listings, locations, a prune's outcome.
+void bind_listings(nb::module_& m) {
   using ListingState = std::pair<std::vector<InfoState>, std::vector<std::string>>;
   nb::class_<CheckpointListing>(m, "CheckpointListing",
                                 "A root's committed checkpoints and damaged directories.")
@@ -227,7 +233,15 @@ void bind_records(nb::module_& m) {
               const std::pair<std::vector<std::string>, std::vector<std::string>>& st) {
              new (&o) PruneOutcome{st.first, st.second};
            });
+}
 
+}  // namespace
+
+void bind_records(nb::module_& m) {
+  bind_checkpoint_info(m);
+  bind_checkpoint_location(m);
+  bind_tier_status(m);
+  bind_listings(m);
   m.def(
       "list_checkpoints",
       [](const std::string& root) {

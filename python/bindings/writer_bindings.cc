@@ -78,11 +78,9 @@ nb::dict stats_dict(const FastFileWriterStats& s) {
   return d;
 }
 
-}  // namespace
+using namespace nb::literals;
 
-void bind_writer(nb::module_& m) {
-  using namespace nb::literals;
-
+void bind_fast_file_writer(nb::module_& m) {
   nb::class_<FastFileWriterOptions>(m, "FastFileWriterOptions")
       .def(nb::init<>())
       .def_rw("io_buffer_bytes", &FastFileWriterOptions::io_buffer_bytes)
@@ -113,7 +111,9 @@ void bind_writer(nb::module_& m) {
       .def_prop_ro("options", [](PyFastFileWriter& w) { return w.get().options(); })
       .def("stats", [](PyFastFileWriter& w) { return stats_dict(w.get().stats()); })
       .def("stats_line", [](PyFastFileWriter& w) { return w.get().stats().to_string(); });
+}
 
+void bind_read_file(nb::module_& m) {
   m.def(
       "read_file",
       [](const std::string& path, const EngineOptions& options) {
@@ -129,7 +129,10 @@ void bind_writer(nb::module_& m) {
       "path"_a, "engine_options"_a,
       "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
       "object, not memory-locked) that supports the buffer protocol.");
+}
 
+// The sweep of dead writers' temporaries (stale_files.h).
+void bind_stale_files(nb::module_& m) {
   nb::class_<StaleFileReport>(m, "StaleFiles",
                               "What clean_stale_temp_files found in one folder (stale_files.h).")
       .def_prop_ro(
@@ -180,6 +183,14 @@ void bind_writer(nb::module_& m) {
       "dir"_a, "dry_run"_a = nb::none(), "parallel_set_min_age_seconds"_a = nb::none(),
       "recursive"_a = nb::none(),
       "Removes the temporaries of FastFileWriters whose process died (see stale_files.h).");
+}
+
+}  // namespace
+
+void bind_writer(nb::module_& m) {
+  bind_fast_file_writer(m);
+  bind_read_file(m);
+  bind_stale_files(m);
 }
 
 }  // namespace fastpersist::python

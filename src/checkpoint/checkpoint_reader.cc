@@ -19,6 +19,7 @@
 #include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_read.h"
 #include "checkpoint/load_plan.h"
+#include "checkpoint/reader_impl.h"
 #include "checkpoint/save_job.h"
 #include "checkpoint/staged_read.h"
 #include "common/align.h"
@@ -28,10 +29,7 @@
 #include "fastpersist/checksum.h"
 
 namespace fastpersist {
-namespace {
-
-constexpr uint64_t kReadAlignment = 4096;
-constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // one new buffer per span
+namespace checkpoint {
 
 Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint64_t actual) {
   return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' in " + t.file +
@@ -41,6 +39,14 @@ Status checksum_mismatch(const std::string& path, const ManifestTensor& t, uint6
       .with_path(path)
       .with_range(t.offset, t.length);
 }
+
+}  // namespace checkpoint
+
+namespace {
+
+using checkpoint::checksum_mismatch;
+constexpr uint64_t kReadAlignment = CheckpointReader::Impl::kReadAlignment;
+constexpr uint64_t kMaxSpanBytes = uint64_t{64} << 20;  // one new buffer per span
 
 struct SpanPlan {
   std::string file;
@@ -90,26 +96,10 @@ Status check_file_header(const std::string& path, const ManifestFile& f) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(std::string dir, Manifest manifest,
-                                   std::shared_ptr<IoEngine> engine)
-    : dir_(std::move(dir)), manifest_(std::move(manifest)), engine_(std::move(engine)) {
-  files_.reserve(manifest_.files.size());
-  for (const ManifestFile& f : manifest_.files) {
-    files_.emplace(f.name, std::make_pair(&f, manifest_file_path(dir_, f)));
-  }
-}
+// ---- the public class: forwards to Impl ----
 
-Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> CheckpointReader::delta_base_of(
-    const ManifestTensor& t) const {
-  if (!t.delta_base) return std::shared_ptr<const checkpoint::DeltaBaseBytes>();
-  return checkpoint::DeltaBaseBytes::open(t, files_.at(t.delta_base->file).second);
-}
-
-Status CheckpointReader::check_encoding(const ManifestTensor& t) const {
-  Status st = check_encoding_supported(t);
-  if (st.is_ok()) return st;
-  return std::move(st).with_path(path_of(t));
-}
+CheckpointReader::CheckpointReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointReader::~CheckpointReader() = default;
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& dir,
                                                                  std::shared_ptr<IoEngine> engine) {
@@ -117,12 +107,60 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
   FP_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
   FP_RETURN_IF_ERROR(checkpoint::check_manifest_files(dir, m));
   return std::unique_ptr<CheckpointReader>(
-      new CheckpointReader(dir, std::move(m), std::move(engine)));
+      new CheckpointReader(std::make_unique<Impl>(dir, std::move(m), std::move(engine))));
 }
 
-Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bool verify_headers,
-                                          PinnedBuffer& buffer,
-                                          std::vector<const std::byte*>* data) {
+const Manifest& CheckpointReader::manifest() const { return impl_->manifest(); }
+const std::string& CheckpointReader::dir() const { return impl_->dir(); }
+
+Result<LoadResult> CheckpointReader::load(const LoadRequest& request) {
+  return impl_->load(request);
+}
+
+Result<CheckpointReader::ReadResult> CheckpointReader::read(
+    const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
+    uint64_t max_gap_bytes) {
+  return impl_->read(requests, verify, max_in_flight_bytes, max_gap_bytes);
+}
+
+Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool verify,
+                                     const PieceSink& sink) {
+  return impl_->read_pieces(tensor, piece_bytes, verify, sink);
+}
+
+// ---- Impl ----
+
+CheckpointReader::Impl::Impl(std::string dir, Manifest manifest, std::shared_ptr<IoEngine> engine)
+    : dir_(std::move(dir)), manifest_(std::move(manifest)), engine_(std::move(engine)) {
+  files_.reserve(manifest_.files.size());
+  for (const ManifestFile& f : manifest_.files) {
+    files_.emplace(f.name, std::make_pair(&f, manifest_file_path(dir_, f)));
+  }
+}
+
+Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> CheckpointReader::Impl::delta_base_of(
+    const ManifestTensor& t) const {
+  if (!t.delta_base) return std::shared_ptr<const checkpoint::DeltaBaseBytes>();
+  return checkpoint::DeltaBaseBytes::open(t, files_.at(t.delta_base->file).second);
+}
+
+Status CheckpointReader::Impl::check_encoding(const ManifestTensor& t) const {
+  Status st = check_encoding_supported(t);
+  if (st.is_ok()) return st;
+  return std::move(st).with_path(path_of(t));
+}
+
+Status CheckpointReader::Impl::check_file_headers(const std::set<std::string>& files) const {
+  for (const std::string& name : files) {
+    const auto& [file, path] = files_.at(name);
+    FP_RETURN_IF_ERROR(check_file_header(path, *file));
+  }
+  return Status::ok();
+}
+
+Status CheckpointReader::Impl::read_stored_into(const std::vector<size_t>& tensors,
+                                                bool verify_headers, PinnedBuffer& buffer,
+                                                std::vector<const std::byte*>* data) {
   if (manifest_.checksum_algorithm == kNoChecksum) verify_headers = false;
   struct Range {
     uint64_t begin = 0, end = 0;
@@ -141,12 +179,7 @@ Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bo
     total += align_up(ranges[j].end - ranges[j].begin, kReadAlignment);
     files.insert(t.file);
   }
-  if (verify_headers) {
-    for (const std::string& name : files) {
-      const auto& [file, path] = files_.at(name);
-      FP_RETURN_IF_ERROR(check_file_header(path, *file));
-    }
-  }
+  if (verify_headers) FP_RETURN_IF_ERROR(check_file_headers(files));
   if (buffer.data() == nullptr || buffer.size() < total) {
     FP_ASSIGN_OR_RETURN(buffer, PinnedBuffer::allocate(
                                     static_cast<size_t>(std::max<uint64_t>(total, kReadAlignment)),
@@ -182,61 +215,101 @@ Status CheckpointReader::read_stored_into(const std::vector<size_t>& tensors, bo
   return first;
 }
 
-Result<CheckpointReader::ReadResult> CheckpointReader::read(
-    const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
-    uint64_t max_gap_bytes) {
-  if (manifest_.checksum_algorithm == kNoChecksum) verify = false;  // nothing to compare with
-  if (verify) {
+// One read(): requests checked, spans planned and allocated, direct reads in flight (bounded),
+// then everything else through the staged ring, checksums checked as the bytes arrive.
+struct CheckpointReader::Impl::ReadCall {
+  ReadCall(Impl& r, const std::vector<TensorReadRequest>& reqs, bool check, uint64_t in_flight,
+           uint64_t gap)
+      : reader(r),
+        requests(reqs),
+        verify(check),
+        max_in_flight_bytes(in_flight),
+        max_gap_bytes(gap) {}
+
+  Impl& reader;
+  const std::vector<TensorReadRequest>& requests;
+  bool verify;
+  uint64_t max_in_flight_bytes;
+  uint64_t max_gap_bytes;
+
+  ReadResult out;
+  std::vector<checkpoint::StagedTarget> staged;
+  std::vector<size_t> staged_request;  // per staged target: its request
+  std::deque<Pending> inflight;
+  uint64_t direct_in_flight = 0;
+  Status first;  // the first failure; later reads are still waited for
+
+  const ManifestTensor& tensor_of(size_t i) const {
+    return reader.manifest_.tensors[requests[i].tensor];
+  }
+
+  Result<ReadResult> run() {
+    if (reader.manifest_.checksum_algorithm == kNoChecksum) verify = false;  // nothing to compare
+    if (verify) FP_RETURN_IF_ERROR(check_headers());
+    std::map<std::string, std::vector<size_t>> by_file;
+    FP_RETURN_IF_ERROR(check_requests(by_file));
+    FP_RETURN_IF_ERROR(allocate_spans(plan_spans(by_file)));
+    start_direct_reads();
+    while (!inflight.empty()) finish_one();
+    if (first.is_ok() && !staged.empty()) read_staged();
+    check_empty_span_tensors();
+    if (!first.is_ok()) return first;
+    return std::move(out);
+  }
+
+  Status check_headers() const {
     std::set<std::string> files;
     for (const TensorReadRequest& r : requests) {
-      if (r.tensor < manifest_.tensors.size()) files.insert(manifest_.tensors[r.tensor].file);
+      if (r.tensor < reader.manifest_.tensors.size())
+        files.insert(reader.manifest_.tensors[r.tensor].file);
     }
-    for (const std::string& name : files) {
-      const auto& [file, path] = files_.at(name);
-      FP_RETURN_IF_ERROR(check_file_header(path, *file));
-    }
+    return reader.check_file_headers(files);
   }
-  ReadResult out;
-  out.spans.resize(requests.size());
-  out.data.resize(requests.size(), nullptr);
-  std::map<std::string, std::vector<size_t>> by_file;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].tensor >= manifest_.tensors.size()) {
-      return Status(StatusCode::kInvalidArgument, "tensor index out of range");
+
+  // Every request is valid before the first read; those without a destination, by file.
+  Status check_requests(std::map<std::string, std::vector<size_t>>& by_file) {
+    out.spans.resize(requests.size());
+    out.data.resize(requests.size(), nullptr);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i].tensor >= reader.manifest_.tensors.size()) {
+        return Status(StatusCode::kInvalidArgument, "tensor index out of range");
+      }
+      const ManifestTensor& t = tensor_of(i);
+      FP_RETURN_IF_ERROR(reader.check_encoding(t));
+      if (t.encoding != kEncodingRaw) {
+        return Status(StatusCode::kInvalidArgument,
+                      "tensor '" + t.name + "' is stored " + t.encoding +
+                          "-compressed: read() gives raw tensors' bytes only; load() decodes it");
+      }
+      if (requests[i].destination != nullptr && requests[i].capacity < t.length) {
+        return Status(StatusCode::kInvalidArgument,
+                      "the destination of tensor '" + t.name + "' holds " +
+                          std::to_string(requests[i].capacity) + " bytes, not its " +
+                          std::to_string(t.length));
+      }
+      if (requests[i].destination == nullptr && t.stored_length > 0) by_file[t.file].push_back(i);
+      if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
     }
-    const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-    FP_RETURN_IF_ERROR(check_encoding(t));
-    if (t.encoding != kEncodingRaw) {
-      return Status(StatusCode::kInvalidArgument,
-                    "tensor '" + t.name + "' is stored " + t.encoding +
-                        "-compressed: read() gives raw tensors' bytes only; load() decodes it");
-    }
-    if (requests[i].destination != nullptr && requests[i].capacity < t.length) {
-      return Status(StatusCode::kInvalidArgument,
-                    "the destination of tensor '" + t.name + "' holds " +
-                        std::to_string(requests[i].capacity) + " bytes, not its " +
-                        std::to_string(t.length));
-    }
-    if (requests[i].destination == nullptr && t.stored_length > 0) by_file[t.file].push_back(i);
-    if (requests[i].destination != nullptr) out.data[i] = requests[i].destination;
+    return Status::ok();
   }
 
   // Spans: neighbouring requested tensors of one file, read as one piece.
-  std::vector<SpanPlan> spans;
-  for (auto& [file, reqs] : by_file) {
-    std::sort(reqs.begin(), reqs.end(), [&](size_t a, size_t b) {
-      return manifest_.tensors[requests[a].tensor].offset <
-             manifest_.tensors[requests[b].tensor].offset;
-    });
-    for (size_t i : reqs) {
-      const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-      bool extend = !spans.empty() && spans.back().file == file && t.offset >= spans.back().end &&
-                    t.offset - spans.back().end <= max_gap_bytes &&
-                    t.offset + t.stored_length - spans.back().begin <= kMaxSpanBytes;
-      if (!extend) spans.push_back({file, t.offset, t.offset, {}});
-      spans.back().end = std::max(spans.back().end, t.offset + t.stored_length);
-      spans.back().requests.push_back(i);
+  std::vector<SpanPlan> plan_spans(std::map<std::string, std::vector<size_t>>& by_file) const {
+    std::vector<SpanPlan> spans;
+    for (auto& [file, reqs] : by_file) {
+      std::sort(reqs.begin(), reqs.end(),
+                [&](size_t a, size_t b) { return tensor_of(a).offset < tensor_of(b).offset; });
+      for (size_t i : reqs) {
+        const ManifestTensor& t = tensor_of(i);
+        bool extend = !spans.empty() && spans.back().file == file && t.offset >= spans.back().end &&
+                      t.offset - spans.back().end <= max_gap_bytes &&
+                      t.offset + t.stored_length - spans.back().begin <= kMaxSpanBytes;
+        if (!extend) spans.push_back({file, t.offset, t.offset, {}});
+        spans.back().end = std::max(spans.back().end, t.offset + t.stored_length);
+        spans.back().requests.push_back(i);
+      }
     }
+    return spans;
   }
 
   // Spans: new memory, faulted in up front on every core (prefault_load_memory), then filled
@@ -244,43 +317,41 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
   // take the O_DIRECT reads; the copy out of them and the checksums run on this thread). Reading
   // O_DIRECT straight into the new pages instead faulted them in inside each read's submission,
   // at 0.4 to 0.8 GB/s on the benchmark VM against 1.4 to 1.7 this way (docs/performance.md).
-  std::vector<checkpoint::StagedTarget> staged;
-  std::vector<size_t> staged_request;
-  std::vector<std::shared_ptr<PinnedBuffer>> fresh;
-  for (const SpanPlan& s : spans) {
-    const auto& [f, path] = files_.at(s.file);
-    uint64_t begin = align_down(s.begin, kReadAlignment);
-    uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
-    FP_ASSIGN_OR_RETURN(std::shared_ptr<PinnedBuffer> buffer,
-                        checkpoint::new_load_memory(end - begin));
-    auto span = std::make_shared<LoadedSpan>();
-    span->file = s.file;
-    span->file_offset = begin;
-    span->buffer = buffer;
-    for (size_t i : s.requests) {
-      const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-      std::byte* at = buffer->data() + (t.offset - begin);
-      out.spans[i] = span;
-      out.data[i] = at;
-      staged.push_back({path, f->size, t.offset, t.length, at});
-      staged_request.push_back(i);
+  Status allocate_spans(const std::vector<SpanPlan>& spans) {
+    std::vector<std::shared_ptr<PinnedBuffer>> fresh;
+    for (const SpanPlan& s : spans) {
+      const auto& [f, path] = reader.files_.at(s.file);
+      uint64_t begin = align_down(s.begin, kReadAlignment);
+      uint64_t end = std::min(align_up(s.end, kReadAlignment), f->size);
+      FP_ASSIGN_OR_RETURN(std::shared_ptr<PinnedBuffer> buffer,
+                          checkpoint::new_load_memory(end - begin));
+      auto span = std::make_shared<LoadedSpan>();
+      span->file = s.file;
+      span->file_offset = begin;
+      span->buffer = buffer;
+      for (size_t i : s.requests) {
+        const ManifestTensor& t = tensor_of(i);
+        std::byte* at = buffer->data() + (t.offset - begin);
+        out.spans[i] = span;
+        out.data[i] = at;
+        staged.push_back({path, f->size, t.offset, t.length, at});
+        staged_request.push_back(i);
+      }
+      fresh.push_back(std::move(buffer));
     }
-    fresh.push_back(std::move(buffer));
+    checkpoint::prefault_load_memory(fresh);
+    return Status::ok();
   }
-  checkpoint::prefault_load_memory(fresh);
 
-  std::deque<Pending> inflight;
-  Status first;
-  uint64_t direct_in_flight = 0;
-  auto finish_one = [&]() {
+  void finish_one() {
     Pending p = std::move(inflight.front());
     inflight.pop_front();
     direct_in_flight -= p.direct_bytes;
     if (!p.ticket.valid()) {  // an empty tensor: nothing read, the checksum of nothing
-      const ManifestTensor& t = manifest_.tensors[requests[p.requests[0]].tensor];
+      const ManifestTensor& t = tensor_of(p.requests[0]);
       uint64_t empty = xxh3_64(nullptr, 0);
       if (verify && first.is_ok() && empty != t.checksum)
-        first = checksum_mismatch(path_of(t), t, empty);
+        first = checksum_mismatch(reader.path_of(t), t, empty);
       return;
     }
     auto r = p.ticket.wait();
@@ -290,53 +361,55 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
     if (!verify || !first.is_ok()) return;
     for (size_t i : p.requests) {
-      const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
+      const ManifestTensor& t = tensor_of(i);
       uint64_t actual = xxh3_64(out.data[i], t.length);
       if (actual != t.checksum) {
-        first = checksum_mismatch(path_of(t), t, actual);
+        first = checksum_mismatch(reader.path_of(t), t, actual);
         return;
       }
     }
-  };
+  }
 
   // Destinations: straight into the caller's memory when it lines up with the file for
   // O_DIRECT, else through the staged ring (staged_read.h) once the reads above are done.
-  for (size_t i = 0; i < requests.size() && first.is_ok(); ++i) {
-    if (requests[i].destination == nullptr) continue;
-    const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-    if (t.length == 0) {
-      inflight.push_back({IoTicket(), {i}, 0});
-      continue;
+  void start_direct_reads() {
+    for (size_t i = 0; i < requests.size() && first.is_ok(); ++i) {
+      if (requests[i].destination == nullptr) continue;
+      const ManifestTensor& t = tensor_of(i);
+      if (t.length == 0) {
+        inflight.push_back({IoTicket(), {i}, 0});
+        continue;
+      }
+      auto address = reinterpret_cast<uintptr_t>(requests[i].destination);
+      // Device memory goes through the staged ring too: the kernel cannot read into it.
+      if (requests[i].device >= 0 || (address - t.offset) % kReadAlignment != 0) {
+        staged.push_back({reader.path_of(t), reader.file_of(t).size, t.offset, t.length,
+                          requests[i].destination, requests[i].device});
+        staged_request.push_back(i);
+        continue;
+      }
+      // Bounded: finish the oldest reads (spans first) until this one fits.
+      while (max_in_flight_bytes != 0 && direct_in_flight > 0 &&
+             direct_in_flight + t.length > max_in_flight_bytes && !inflight.empty()) {
+        finish_one();
+      }
+      IoRequest req;
+      req.kind = IoKind::kRead;
+      req.buffer = requests[i].destination;
+      req.length = t.length;
+      req.path = reader.path_of(t);
+      req.file_offset = t.offset;
+      auto ticket = reader.engine_->start(req);
+      if (!ticket.is_ok()) {
+        first = ticket.status();
+        break;
+      }
+      inflight.push_back({std::move(ticket).value(), {i}, t.length});
+      direct_in_flight += t.length;
     }
-    auto address = reinterpret_cast<uintptr_t>(requests[i].destination);
-    // Device memory goes through the staged ring too: the kernel cannot read into it.
-    if (requests[i].device >= 0 || (address - t.offset) % kReadAlignment != 0) {
-      staged.push_back({path_of(t), file_of(t).size, t.offset, t.length, requests[i].destination,
-                        requests[i].device});
-      staged_request.push_back(i);
-      continue;
-    }
-    // Bounded: finish the oldest reads (spans first) until this one fits.
-    while (max_in_flight_bytes != 0 && direct_in_flight > 0 &&
-           direct_in_flight + t.length > max_in_flight_bytes && !inflight.empty()) {
-      finish_one();
-    }
-    IoRequest req;
-    req.kind = IoKind::kRead;
-    req.buffer = requests[i].destination;
-    req.length = t.length;
-    req.path = path_of(t);
-    req.file_offset = t.offset;
-    auto ticket = engine_->start(req);
-    if (!ticket.is_ok()) {
-      first = ticket.status();
-      break;
-    }
-    inflight.push_back({std::move(ticket).value(), {i}, t.length});
-    direct_in_flight += t.length;
   }
-  while (!inflight.empty()) finish_one();
-  if (first.is_ok() && !staged.empty()) {
+
+  void read_staged() {
     checkpoint::StagedReadOptions so;
     so.max_gap_bytes = max_gap_bytes;
     if (max_in_flight_bytes != 0 && max_in_flight_bytes < so.slot_bytes * so.slots) {
@@ -345,8 +418,9 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     }
     if (verify) {
       so.on_checksum = [&](size_t target, uint64_t actual) {
-        const ManifestTensor& t = manifest_.tensors[requests[staged_request[target]].tensor];
-        return actual == t.checksum ? Status::ok() : checksum_mismatch(path_of(t), t, actual);
+        const ManifestTensor& t = tensor_of(staged_request[target]);
+        return actual == t.checksum ? Status::ok()
+                                    : checksum_mismatch(reader.path_of(t), t, actual);
       };
     }
     bool to_device = std::any_of(staged.begin(), staged.end(),
@@ -354,138 +428,41 @@ Result<CheckpointReader::ReadResult> CheckpointReader::read(
     if (to_device) {
       // Copies to a device select it on the copying thread: not the caller's, whose current
       // device is its own business (torch's).
-      std::thread copier([&] { first = checkpoint::read_staged(*engine_, staged, so); });
+      std::thread copier([&] { first = checkpoint::read_staged(*reader.engine_, staged, so); });
       copier.join();
     } else {
-      first = checkpoint::read_staged(*engine_, staged, so);
+      first = checkpoint::read_staged(*reader.engine_, staged, so);
     }
   }
+
   // Empty tensors read from spans: still check their recorded checksum.
-  for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
-    const ManifestTensor& t = manifest_.tensors[requests[i].tensor];
-    if (verify && t.length == 0 && requests[i].destination == nullptr &&
-        xxh3_64(nullptr, 0) != t.checksum) {
-      first = checksum_mismatch(path_of(t), t, xxh3_64(nullptr, 0));
-    }
-  }
-  if (!first.is_ok()) return first;
-  return out;
-}
-
-Status CheckpointReader::read_pieces(size_t tensor, uint64_t piece_bytes, bool verify,
-                                     const PieceSink& sink) {
-  if (tensor >= manifest_.tensors.size()) {
-    return Status(StatusCode::kInvalidArgument, "tensor index out of range");
-  }
-  if (piece_bytes == 0 || piece_bytes % kReadAlignment != 0) {
-    return Status(StatusCode::kInvalidArgument, "piece_bytes must be a positive multiple of 4096");
-  }
-  if (manifest_.checksum_algorithm == kNoChecksum) verify = false;
-  const ManifestTensor& t = manifest_.tensors[tensor];
-  FP_RETURN_IF_ERROR(check_encoding(t));
-  const ManifestFile* f = &file_of(t);
-  const std::string& path = path_of(t);
-  if (verify) FP_RETURN_IF_ERROR(check_file_header(path, *f));
-
-  // What arrives is the stored bytes: raw ones go to the sink as they are; compressed ones
-  // through a FrameStream, whose chunks go to the sink in pieces of at most piece_bytes.
-  Xxh3Stream hash;
-  std::unique_ptr<checkpoint::FrameStream> frames;
-  if (t.encoding != kEncodingRaw) {
-    FP_ASSIGN_OR_RETURN(ChunkTable table, checkpoint::read_chunk_table(path, t));
-    FP_ASSIGN_OR_RETURN(std::shared_ptr<const checkpoint::DeltaBaseBytes> base, delta_base_of(t));
-    frames = std::make_unique<checkpoint::FrameStream>(
-        t, std::move(table),
-        [&](uint64_t offset, const std::byte* data, size_t size) -> Status {
-          for (size_t done = 0; done < size;) {
-            size_t n = static_cast<size_t>(std::min<uint64_t>(piece_bytes, size - done));
-            if (verify) hash.update(data + done, n);
-            FP_RETURN_IF_ERROR(sink(offset + done, data + done, n));
-            done += n;
-          }
-          return Status::ok();
-        },
-        std::move(base));
-  }
-  auto consume = [&](uint64_t pos, const std::byte* data, size_t size) -> Status {
-    if (frames) return frames->feed(data, size);
-    if (verify) hash.update(data, size);
-    return sink(pos, data, size);
-  };
-  const uint64_t stored = t.stored_length;
-
-  // Two slots: the sink works on one while the next piece is read into the other.
-  struct Slot {
-    PinnedBuffer buffer;
-    IoTicket ticket;
-    uint64_t pos = 0;  // offset in the tensor
-    size_t size = 0;   // tensor bytes in this piece
-    size_t skip = 0;   // bytes before them in the buffer (the read starts 4096-aligned)
-  };
-  std::vector<Slot> slots(2);
-  for (Slot& slot : slots) {
-    FP_ASSIGN_OR_RETURN(
-        slot.buffer, PinnedBuffer::allocate(static_cast<size_t>(piece_bytes + 2 * kReadAlignment),
-                                            /*lock_memory=*/false));
-  }
-  auto submit = [&](Slot& slot, uint64_t pos) -> Status {
-    slot.pos = pos;
-    slot.size = static_cast<size_t>(std::min(piece_bytes, stored - pos));
-    uint64_t begin = align_down(t.offset + pos, kReadAlignment);
-    uint64_t end = std::min(align_up(t.offset + pos + slot.size, kReadAlignment), f->size);
-    slot.skip = static_cast<size_t>(t.offset + pos - begin);
-    IoRequest req;
-    req.kind = IoKind::kRead;
-    req.buffer = slot.buffer.data();
-    req.length = end - begin;
-    req.path = path;
-    req.file_offset = begin;
-    FP_ASSIGN_OR_RETURN(slot.ticket, engine_->start(req));
-    return Status::ok();
-  };
-  // Every read in flight is waited for before returning: the slots die with this frame.
-  auto settle = [&](Status st) {
-    for (Slot& slot : slots) {
-      if (slot.ticket.valid()) (void)slot.ticket.wait();
-    }
-    return st;
-  };
-
-  if (stored > 0) {
-    FP_RETURN_IF_ERROR(submit(slots[0], 0));
-    uint64_t next = slots[0].size;
-    for (size_t cur = 0;; cur ^= 1) {
-      Slot& slot = slots[cur];
-      auto done = slot.ticket.wait();
-      slot.ticket = IoTicket();
-      if (!done.is_ok()) return settle(Status(done.status()).with_path(path));
-      if (done.value() < slot.skip + slot.size) {
-        return settle(
-            Status(StatusCode::kDataLoss, "short read of tensor '" + t.name + "' in " + t.file)
-                .with_path(path)
-                .with_range(t.offset + slot.pos, slot.size));
+  void check_empty_span_tensors() {
+    for (size_t i = 0; i < requests.size() && verify && first.is_ok(); ++i) {
+      const ManifestTensor& t = tensor_of(i);
+      if (t.length == 0 && requests[i].destination == nullptr &&
+          xxh3_64(nullptr, 0) != t.checksum) {
+        first = checksum_mismatch(reader.path_of(t), t, xxh3_64(nullptr, 0));
       }
-      if (next < stored) {
-        Status st = submit(slots[cur ^ 1], next);
-        if (!st.is_ok()) return settle(st);
-        next += slots[cur ^ 1].size;
-      }
-      Status st = consume(slot.pos, slot.buffer.data() + slot.skip, slot.size);
-      if (!st.is_ok()) return settle(st.with_path(path));
-      if (slot.pos + slot.size == stored) break;
     }
   }
-  if (frames) FP_RETURN_IF_ERROR(frames->finish().with_path(path));
-  if (verify && hash.digest() != t.checksum) return checksum_mismatch(path_of(t), t, hash.digest());
-  return Status::ok();
+};
+
+Result<CheckpointReader::ReadResult> CheckpointReader::Impl::read(
+    const std::vector<TensorReadRequest>& requests, bool verify, uint64_t max_in_flight_bytes,
+    uint64_t max_gap_bytes) {
+  return ReadCall(*this, requests, verify, max_in_flight_bytes, max_gap_bytes).run();
 }
 
 Result<std::string> CheckpointReader::read_objects() {
-  if (manifest_.find_file(kObjectsFileName) == nullptr) return std::string();
-  return read_file(kObjectsFileName);
+  if (impl_->manifest().find_file(kObjectsFileName) == nullptr) return std::string();
+  return impl_->read_file(kObjectsFileName);
 }
 
 Result<std::string> CheckpointReader::read_file(std::string_view name) {
+  return impl_->read_file(name);
+}
+
+Result<std::string> CheckpointReader::Impl::read_file(std::string_view name) {
   const ManifestFile* f = manifest_.find_file(name);
   if (f == nullptr || f->role != "objects") {
     return Status(StatusCode::kNotFound,

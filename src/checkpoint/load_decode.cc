@@ -14,8 +14,8 @@
 #include "checkpoint/delta_base.h"
 #include "checkpoint/encoded_read.h"
 #include "checkpoint/load_plan.h"
+#include "checkpoint/reader_impl.h"
 #include "common/task_pool.h"
-#include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/dtype.h"
 
@@ -36,8 +36,8 @@ struct Batch {
 
 }  // namespace
 
-struct CheckpointReader::DecodeStep {
-  CheckpointReader& reader;
+struct CheckpointReader::Impl::DecodeStep {
+  Impl& reader;
   const checkpoint::LoadPlan& plan;
   const LoadRequest& request;
   LoadResult& out;
@@ -160,9 +160,9 @@ struct CheckpointReader::DecodeStep {
   }
 };
 
-Status CheckpointReader::load_decoded(const checkpoint::LoadPlan& plan, const LoadRequest& request,
-                                      LoadResult& out,
-                                      const std::function<void(uint64_t)>& report) {
+Status CheckpointReader::Impl::load_decoded(const checkpoint::LoadPlan& plan,
+                                            const LoadRequest& request, LoadResult& out,
+                                            const std::function<void(uint64_t)>& report) {
   return DecodeStep{*this, plan, request, out, report}.run();
 }
 

@@ -83,52 +83,71 @@ bool is_contiguous(const std::vector<uint64_t>& shape, const std::vector<int64_t
   return true;
 }
 
-Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const LoadRequest& r) {
-  const NameIndex index(m);
-  const size_t n = m.tensors.size();
-  const bool all = !r.names.has_value();
-  LoadPlan plan;
+namespace {
 
+// One load's planning, step by step: selection, destinations, requested dtypes, then one
+// PlannedTensor per selected stored tensor. Each step reads what the earlier ones decided.
+class LoadPlanner {
+ public:
+  LoadPlanner(const Manifest& m, const std::string& dir, const LoadRequest& r)
+      : m_(m), dir_(dir), r_(r), index_(m), n_(m.tensors.size()), all_(!r.names.has_value()) {}
+
+  Result<LoadPlan> run() {
+    select();
+    plan_.destination_state.assign(r_.destinations.size(), DestinationState::kUnused);
+    destination_names_.reserve(r_.destinations.size());
+    destinations_of_.resize(n_);
+    caller_copies_.assign(n_, -1);
+    for (size_t d = 0; d < r_.destinations.size(); ++d) FP_RETURN_IF_ERROR(add_destination(d));
+    if (r_.into) list_unexpected();
+    FP_RETURN_IF_ERROR(read_requested_dtypes());
+    if (r_.strict &&
+        (!plan_.missing.empty() || !plan_.unexpected.empty() || !plan_.mismatched.empty())) {
+      return strict_failure(dir_, plan_);
+    }
+    FP_RETURN_IF_ERROR(check_writable(std::move(ranges_)));
+    for (size_t i = 0; i < n_; ++i) {
+      if (selected_[i]) FP_RETURN_IF_ERROR(plan_tensor(i));
+    }
+    return std::move(plan_);
+  }
+
+ private:
   // Selection: by name (an alias is selected by its own name, its stored tensor is read).
-  std::vector<char> selected(n, all ? 1 : 0);
-  std::unordered_set<std::string_view> selected_names;
-  if (!all) {
-    selected_names.reserve(r.names->size());
-    for (const std::string& name : *r.names) {
-      std::optional<size_t> i = index.resolve(name);
+  void select() {
+    selected_.assign(n_, all_ ? 1 : 0);
+    if (all_) return;
+    selected_names_.reserve(r_.names->size());
+    for (const std::string& name : *r_.names) {
+      std::optional<size_t> i = index_.resolve(name);
       if (!i) {
-        plan.missing.push_back(name);
+        plan_.missing.push_back(name);
         continue;
       }
-      selected[*i] = 1;
-      selected_names.insert(name);
+      selected_[*i] = 1;
+      selected_names_.insert(name);
     }
   }
-  auto name_selected = [&](std::string_view name) { return all || selected_names.contains(name); };
 
-  // Destinations: shape, dtype, capacity, strides, then (all at once) writability.
-  plan.destination_state.assign(r.destinations.size(), DestinationState::kUnused);
-  std::unordered_set<std::string_view> destination_names;
-  destination_names.reserve(r.destinations.size());
-  std::vector<std::vector<size_t>> destinations_of(n);
-  std::vector<long> caller_copies(n, -1);
-  std::vector<MemoryRange> ranges;
-  for (size_t d = 0; d < r.destinations.size(); ++d) {
-    const LoadDestination& dest = r.destinations[d];
-    if (!destination_names.insert(dest.name).second) {
+  bool name_selected(std::string_view name) const { return all_ || selected_names_.contains(name); }
+
+  // One destination: shape, dtype, capacity, strides (writability is checked for all at once).
+  Status add_destination(size_t d) {
+    const LoadDestination& dest = r_.destinations[d];
+    if (!destination_names_.insert(dest.name).second) {
       return invalid("two destinations are named '" + dest.name + "'");
     }
-    std::optional<size_t> i = index.resolve(dest.name);
+    std::optional<size_t> i = index_.resolve(dest.name);
     if (!i) {
-      if (all && r.into) plan.missing.push_back(dest.name);
-      continue;
+      if (all_ && r_.into) plan_.missing.push_back(dest.name);
+      return Status::ok();
     }
-    if (!name_selected(dest.name)) continue;
-    const ManifestTensor& t = m.tensors[*i];
+    if (!name_selected(dest.name)) return Status::ok();
+    const ManifestTensor& t = m_.tensors[*i];
     if (dest.shape != t.shape) {
-      plan.mismatched.push_back(dest.name + ": checkpoint " + shape_text(t.shape) +
-                                ", destination " + shape_text(dest.shape));
-      continue;
+      plan_.mismatched.push_back(dest.name + ": checkpoint " + shape_text(t.shape) +
+                                 ", destination " + shape_text(dest.shape));
+      return Status::ok();
     }
     const DtypeInfo* info = find_dtype(dest.dtype);
     if (info == nullptr) {
@@ -141,9 +160,8 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
                      convert_elements(t.dtype, nullptr, dest.dtype, nullptr, 0).message());
     }
     if (dest.data == nullptr) {
-      plan.destination_state[d] = DestinationState::kCallerCopies;
-      if (caller_copies[*i] < 0) caller_copies[*i] = static_cast<long>(d);
-      continue;
+      leave_to_caller(*i, d);
+      return Status::ok();
     }
     Result<uint64_t> extent = destination_extent(dest.shape, dest.strides, info->size);
     if (!extent.is_ok())
@@ -158,74 +176,72 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
       if (dest.device < 0)
         return invalid("the destination of '" + dest.name + "' is device memory without a device");
       // Not host memory, so not in /proc/self/maps; whether its tensor can go there is decided
-      // per tensor below.
-      plan.destination_state[d] = DestinationState::kFilled;
-      destinations_of[*i].push_back(d);
-      continue;
+      // per tensor (plan_tensor).
+    } else if (extent.value() > 0) {
+      ranges_.push_back({dest.data, extent.value(), &dest.name});
     }
-    if (extent.value() > 0) ranges.push_back({dest.data, extent.value(), &dest.name});
-    plan.destination_state[d] = DestinationState::kFilled;
-    destinations_of[*i].push_back(d);
+    plan_.destination_state[d] = DestinationState::kFilled;
+    destinations_of_[*i].push_back(d);
+    return Status::ok();
   }
-  if (r.into) {
+
+  void leave_to_caller(size_t tensor, size_t d) {
+    plan_.destination_state[d] = DestinationState::kCallerCopies;
+    if (caller_copies_[tensor] < 0) caller_copies_[tensor] = static_cast<long>(d);
+  }
+
+  // into=: every selected name without a destination is unexpected.
+  void list_unexpected() {
     auto check = [&](const std::string& name) {
-      if (!destination_names.contains(name)) plan.unexpected.push_back(name);
+      if (!destination_names_.contains(name)) plan_.unexpected.push_back(name);
     };
-    if (all) {
-      for (const ManifestTensor& t : m.tensors) check(t.name);
-      for (const auto& [alias, target] : m.aliases) check(alias);
-    } else {
-      std::unordered_set<std::string_view> seen;
-      for (const std::string& name : *r.names) {
-        if (index.resolve(name) && seen.insert(name).second) check(name);
-      }
+    if (all_) {
+      for (const ManifestTensor& t : m_.tensors) check(t.name);
+      for (const auto& [alias, target] : m_.aliases) check(alias);
+      return;
+    }
+    std::unordered_set<std::string_view> seen;
+    for (const std::string& name : *r_.names) {
+      if (index_.resolve(name) && seen.insert(name).second) check(name);
     }
   }
 
   // Requested dtypes, by stored tensor (tied names share one tensor and one dtype).
-  if (!r.dtype.empty() && find_dtype(r.dtype) == nullptr)
-    return invalid("dtype= names an unknown dtype '" + r.dtype + "'");
-  std::vector<const std::string*> wanted(n, nullptr);
-  std::vector<std::string> unknown;
-  for (const auto& [name, dtype] : r.dtype_by_name) {
-    std::optional<size_t> i = index.resolve(name);
-    if (!i) {
-      unknown.push_back(name);
-      continue;
+  Status read_requested_dtypes() {
+    if (!r_.dtype.empty() && find_dtype(r_.dtype) == nullptr)
+      return invalid("dtype= names an unknown dtype '" + r_.dtype + "'");
+    wanted_.assign(n_, nullptr);
+    std::vector<std::string> unknown;
+    for (const auto& [name, dtype] : r_.dtype_by_name) {
+      std::optional<size_t> i = index_.resolve(name);
+      if (!i) {
+        unknown.push_back(name);
+        continue;
+      }
+      if (find_dtype(dtype) == nullptr)
+        return invalid("dtype= asks for an unknown dtype '" + dtype + "' for '" + name + "'");
+      if (wanted_[*i] != nullptr && *wanted_[*i] != dtype) {
+        return invalid("dtype= asks for both " + *wanted_[*i] + " and " + dtype + " for '" +
+                       m_.tensors[*i].name + "' (tied names share one tensor)");
+      }
+      wanted_[*i] = &dtype;
     }
-    if (find_dtype(dtype) == nullptr)
-      return invalid("dtype= asks for an unknown dtype '" + dtype + "' for '" + name + "'");
-    if (wanted[*i] != nullptr && *wanted[*i] != dtype) {
-      return invalid("dtype= asks for both " + *wanted[*i] + " and " + dtype + " for '" +
-                     m.tensors[*i].name + "' (tied names share one tensor)");
+    if (r_.strict && !unknown.empty()) {
+      return invalid("dtype= names tensors that checkpoint " + dir_ + " does not have: " +
+                     listed(unknown, ", ") + ". Pass strict=False to ignore them.");
     }
-    wanted[*i] = &dtype;
+    return Status::ok();
   }
-  if (r.strict && !unknown.empty()) {
-    return invalid("dtype= names tensors that checkpoint " + dir + " does not have: " +
-                   listed(unknown, ", ") + ". Pass strict=False to ignore them.");
-  }
-  if (r.strict && (!plan.missing.empty() || !plan.unexpected.empty() || !plan.mismatched.empty())) {
-    return strict_failure(dir, plan);
-  }
-  FP_RETURN_IF_ERROR(check_writable(std::move(ranges)));
 
-  for (size_t i = 0; i < n; ++i) {
-    if (!selected[i]) continue;
-    const ManifestTensor& t = m.tensors[i];
-    if (Status st = check_encoding_supported(t); !st.is_ok()) return st;
-    const bool encoded = t.encoding != kEncodingRaw;
-    const DtypeInfo* stored = find_dtype(t.dtype);
-    if (stored == nullptr)
-      return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' has an unknown dtype");
-    PlannedTensor p;
-    p.tensor = i;
-    // The same memory named twice (tied weights in into=) is written once.
-    for (size_t d : destinations_of[i]) {
-      const LoadDestination& dest = r.destinations[d];
+  // The destinations of stored tensor i, each piece of memory once (tied weights in into=
+  // name the same memory twice), less the device ones that another route leaves to the caller.
+  void gather_destinations(size_t i, PlannedTensor& p) {
+    const ManifestTensor& t = m_.tensors[i];
+    for (size_t d : destinations_of_[i]) {
+      const LoadDestination& dest = r_.destinations[d];
       bool same = false;
       for (size_t e : p.destinations) {
-        const LoadDestination& kept = r.destinations[e];
+        const LoadDestination& kept = r_.destinations[e];
         same = same ||
                (kept.data == dest.data && kept.dtype == dest.dtype &&
                 plain_strides(kept.shape, kept.strides) == plain_strides(dest.shape, dest.strides));
@@ -235,53 +251,86 @@ Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const Load
     // Device memory is written only by the staged read's host-to-device copies (the direct
     // route): a tensor that needs another route, or has other destinations too, leaves its
     // device destinations to the caller, from new host memory.
-    const bool device_ok = !encoded && p.destinations.size() == 1 &&
-                           r.destinations[p.destinations[0]].dtype == t.dtype &&
-                           is_contiguous(t.shape, r.destinations[p.destinations[0]].strides);
+    const bool device_ok = t.encoding == kEncodingRaw && one_plain_destination(t, p);
     for (auto it = p.destinations.begin(); it != p.destinations.end();) {
-      if (r.destinations[*it].memory == MemoryKind::kHost || device_ok) {
+      if (r_.destinations[*it].memory == MemoryKind::kHost || device_ok) {
         ++it;
         continue;
       }
-      plan.destination_state[*it] = DestinationState::kCallerCopies;
-      if (caller_copies[i] < 0) caller_copies[i] = static_cast<long>(*it);
+      leave_to_caller(i, *it);
       it = p.destinations.erase(it);
     }
-    if (!p.destinations.empty()) {
-      p.dtype = r.destinations[p.destinations[0]].dtype;
-    } else if (caller_copies[i] >= 0) {
-      p.dtype = r.destinations[static_cast<size_t>(caller_copies[i])].dtype;
-    } else if (wanted[i] != nullptr) {
-      p.dtype = *wanted[i];
-    } else if (!r.dtype.empty() && stored->kind == DtypeKind::kFloat) {
-      p.dtype = r.dtype;  // a blanket dtype converts floating-point tensors only
-    } else {
-      p.dtype = t.dtype;
+  }
+
+  bool one_plain_destination(const ManifestTensor& t, const PlannedTensor& p) const {
+    return p.destinations.size() == 1 && r_.destinations[p.destinations[0]].dtype == t.dtype &&
+           is_contiguous(t.shape, r_.destinations[p.destinations[0]].strides);
+  }
+
+  // The dtype stored tensor i loads as: its destination's, the caller's copy's, dtype='s.
+  std::string load_dtype(size_t i, const PlannedTensor& p, const DtypeInfo& stored) const {
+    const ManifestTensor& t = m_.tensors[i];
+    if (!p.destinations.empty()) return r_.destinations[p.destinations[0]].dtype;
+    if (caller_copies_[i] >= 0)
+      return r_.destinations[static_cast<size_t>(caller_copies_[i])].dtype;
+    if (wanted_[i] != nullptr) return *wanted_[i];
+    // A blanket dtype converts floating-point tensors only.
+    if (!r_.dtype.empty() && stored.kind == DtypeKind::kFloat) return r_.dtype;
+    return t.dtype;
+  }
+
+  LoadRoute route(const ManifestTensor& t, const PlannedTensor& p) const {
+    if (t.encoding != kEncodingRaw) {
+      // Stored and raw bytes of one tensor in memory at once, two tensors at a time.
+      bool fits = r_.max_memory == 0 || t.length + t.stored_length <= r_.max_memory / 2;
+      return fits ? LoadRoute::kDecode : LoadRoute::kStream;
     }
+    if (t.length == 0 || (p.destinations.empty() && p.dtype == t.dtype)) return LoadRoute::kSpan;
+    if (one_plain_destination(t, p)) return LoadRoute::kDirect;
+    if (r_.max_memory != 0 && t.length > r_.max_memory) return LoadRoute::kStream;
+    return LoadRoute::kConvert;
+  }
+
+  Status plan_tensor(size_t i) {
+    const ManifestTensor& t = m_.tensors[i];
+    if (Status st = check_encoding_supported(t); !st.is_ok()) return st;
+    const DtypeInfo* stored = find_dtype(t.dtype);
+    if (stored == nullptr)
+      return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' has an unknown dtype");
+    PlannedTensor p;
+    p.tensor = i;
+    gather_destinations(i, p);
+    p.dtype = load_dtype(i, p, *stored);
     if (!conversion_supported(t.dtype, p.dtype)) {
       return invalid("cannot load tensor '" + t.name + "' as " + p.dtype + ": " +
                      convert_elements(t.dtype, nullptr, p.dtype, nullptr, 0).message());
     }
-    bool one_plain_destination = p.destinations.size() == 1 &&
-                                 r.destinations[p.destinations[0]].dtype == t.dtype &&
-                                 is_contiguous(t.shape, r.destinations[p.destinations[0]].strides);
-    if (encoded) {
-      // Stored and raw bytes of one tensor in memory at once, two tensors at a time.
-      bool fits = r.max_memory == 0 || t.length + t.stored_length <= r.max_memory / 2;
-      p.route = fits ? LoadRoute::kDecode : LoadRoute::kStream;
-    } else if (t.length == 0 || (p.destinations.empty() && p.dtype == t.dtype)) {
-      p.route = LoadRoute::kSpan;
-    } else if (one_plain_destination) {
-      p.route = LoadRoute::kDirect;
-    } else if (r.max_memory != 0 && t.length > r.max_memory) {
-      p.route = LoadRoute::kStream;
-    } else {
-      p.route = LoadRoute::kConvert;
-    }
-    plan.total_bytes += t.length;
-    plan.tensors.push_back(std::move(p));
+    p.route = route(t, p);
+    plan_.total_bytes += t.length;
+    plan_.tensors.push_back(std::move(p));
+    return Status::ok();
   }
-  return plan;
+
+  const Manifest& m_;
+  const std::string& dir_;
+  const LoadRequest& r_;
+  const NameIndex index_;
+  const size_t n_;
+  const bool all_;
+  LoadPlan plan_;
+  std::vector<char> selected_;
+  std::unordered_set<std::string_view> selected_names_;
+  std::unordered_set<std::string_view> destination_names_;
+  std::vector<std::vector<size_t>> destinations_of_;
+  std::vector<long> caller_copies_;  // per stored tensor: its first caller-copied destination
+  std::vector<MemoryRange> ranges_;
+  std::vector<const std::string*> wanted_;  // per stored tensor: its dtype_by_name entry
+};
+
+}  // namespace
+
+Result<LoadPlan> plan_load(const Manifest& m, const std::string& dir, const LoadRequest& r) {
+  return LoadPlanner(m, dir, r).run();
 }
 
 }  // namespace fastpersist::checkpoint

@@ -80,21 +80,22 @@ Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> delta_base(const std::
   return checkpoint::DeltaBaseBytes::open(t, path);
 }
 
-// Streams one file, checksumming its leading bytes and each tensor's range (with `checksums`)
-// and handing every byte to the sink (when there is one).
-Status check_data(const std::string& path, const ManifestFile& f, const Manifest& m,
-                  std::span<const size_t> tensors, bool checksums, const checkpoint::FileCheck& io,
-                  std::vector<std::string>& problems) {
-  struct Range {
-    uint64_t begin, end, expected;
-    size_t tensor;  // index into m.tensors, or SIZE_MAX for the file's leading bytes
-    // Compressed tensors: the stored bytes are decoded as they stream by, and the raw bytes
-    // hashed (the checksum is of those). Null: the bytes themselves are hashed.
-    std::unique_ptr<checkpoint::FrameStream> frames;
-    Status damage;  // a frame that did not decode
-  };
-  constexpr size_t kLeadingBytes = SIZE_MAX;
-  std::vector<Range> ranges;
+constexpr size_t kLeadingBytes = SIZE_MAX;
+
+// One checked range of a file: its leading bytes or one tensor's stored bytes.
+struct CheckedRange {
+  uint64_t begin, end, expected;
+  size_t tensor;  // index into m.tensors, or kLeadingBytes for the file's leading bytes
+  // Compressed tensors: the stored bytes are decoded as they stream by, and the raw bytes
+  // hashed (the checksum is of those). Null: the bytes themselves are hashed.
+  std::unique_ptr<checkpoint::FrameStream> frames;
+  Status damage;  // a frame that did not decode
+};
+
+// The ranges of file `f` to check, in file order.
+std::vector<CheckedRange> ranges_of(const ManifestFile& f, const Manifest& m,
+                                    std::span<const size_t> tensors, bool checksums) {
+  std::vector<CheckedRange> ranges;
   ranges.reserve(tensors.size() + 1);
   if (checksums) ranges.push_back({0, f.checksum_bytes, f.checksum, kLeadingBytes, nullptr, {}});
   for (size_t i : tensors) {
@@ -107,8 +108,14 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
     ranges.push_back({t.offset, t.offset + t.stored_length, t.checksum, i, nullptr, {}});
   }
   std::sort(ranges.begin(), ranges.end(),
-            [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  std::vector<Xxh3Stream> streams(ranges.size());
+            [](const CheckedRange& a, const CheckedRange& b) { return a.begin < b.begin; });
+  return ranges;
+}
+
+// A FrameStream for each compressed range, hashing the decoded bytes into its stream; a table
+// or base that cannot be read is the range's damage.
+void open_frames(const std::string& path, const Manifest& m, const std::string& checkpoint_dir,
+                 std::vector<CheckedRange>& ranges, std::vector<Xxh3Stream>& streams) {
   for (size_t r = 0; r < ranges.size(); ++r) {
     if (ranges[r].tensor == kLeadingBytes) continue;
     const ManifestTensor& t = m.tensors[ranges[r].tensor];
@@ -119,7 +126,7 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
       continue;
     }
     Result<std::shared_ptr<const checkpoint::DeltaBaseBytes>> base =
-        delta_base(io.checkpoint_dir, m, t);
+        delta_base(checkpoint_dir, m, t);
     if (!base.is_ok()) {
       ranges[r].damage = base.status();
       continue;
@@ -133,28 +140,13 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
         },
         std::move(base).value());
   }
-  size_t first_open = 0;
-  auto consume = [&](uint64_t off, const std::byte* data, size_t n) -> Status {
-    if (io.sink) FP_RETURN_IF_ERROR(io.sink(off, data, n));
-    uint64_t end = off + n;
-    for (size_t r = first_open; r < ranges.size() && ranges[r].begin < end; ++r) {
-      uint64_t b = std::max(ranges[r].begin, off);
-      uint64_t e = std::min(ranges[r].end, end);
-      if (b >= e) continue;
-      Range& range = ranges[r];
-      if (range.frames && range.damage.is_ok()) {
-        range.damage = range.frames->feed(data + (b - off), static_cast<size_t>(e - b));
-      } else if (!range.frames && range.damage.is_ok()) {
-        streams[r].update(data + (b - off), static_cast<size_t>(e - b));
-      }
-    }
-    while (first_open < ranges.size() && ranges[first_open].end <= end) ++first_open;
-    *io.checked += n;
-    if (io.progress) io.progress(*io.checked, io.total);
-    return Status::ok();
-  };
-  FP_RETURN_IF_ERROR(
-      checkpoint::stream_file(path, f.size, io.engine, consume, io.window_bytes, io.before_read));
+}
+
+// Each range's verdict once the file has streamed by: damage, a digest that disagrees with a
+// matching checksum, or a checksum mismatch.
+void report_ranges(const ManifestFile& f, const Manifest& m, bool checksums,
+                   std::vector<CheckedRange>& ranges, std::vector<Xxh3Stream>& streams,
+                   std::vector<std::string>& problems) {
   for (size_t r = 0; r < ranges.size(); ++r) {
     if (ranges[r].frames && ranges[r].damage.is_ok()) ranges[r].damage = ranges[r].frames->finish();
     if (!ranges[r].damage.is_ok()) {
@@ -186,6 +178,39 @@ Status check_data(const std::string& path, const ManifestFile& f, const Manifest
                        ") fails its checksum: manifest " + checksum_to_hex(ranges[r].expected) +
                        ", data " + checksum_to_hex(actual));
   }
+}
+
+// Streams one file, checksumming its leading bytes and each tensor's range (with `checksums`)
+// and handing every byte to the sink (when there is one).
+Status check_data(const std::string& path, const ManifestFile& f, const Manifest& m,
+                  std::span<const size_t> tensors, bool checksums, const checkpoint::FileCheck& io,
+                  std::vector<std::string>& problems) {
+  std::vector<CheckedRange> ranges = ranges_of(f, m, tensors, checksums);
+  std::vector<Xxh3Stream> streams(ranges.size());
+  open_frames(path, m, io.checkpoint_dir, ranges, streams);
+  size_t first_open = 0;
+  auto consume = [&](uint64_t off, const std::byte* data, size_t n) -> Status {
+    if (io.sink) FP_RETURN_IF_ERROR(io.sink(off, data, n));
+    uint64_t end = off + n;
+    for (size_t r = first_open; r < ranges.size() && ranges[r].begin < end; ++r) {
+      uint64_t b = std::max(ranges[r].begin, off);
+      uint64_t e = std::min(ranges[r].end, end);
+      if (b >= e) continue;
+      CheckedRange& range = ranges[r];
+      if (range.frames && range.damage.is_ok()) {
+        range.damage = range.frames->feed(data + (b - off), static_cast<size_t>(e - b));
+      } else if (!range.frames && range.damage.is_ok()) {
+        streams[r].update(data + (b - off), static_cast<size_t>(e - b));
+      }
+    }
+    while (first_open < ranges.size() && ranges[first_open].end <= end) ++first_open;
+    *io.checked += n;
+    if (io.progress) io.progress(*io.checked, io.total);
+    return Status::ok();
+  };
+  FP_RETURN_IF_ERROR(
+      checkpoint::stream_file(path, f.size, io.engine, consume, io.window_bytes, io.before_read));
+  report_ranges(f, m, checksums, ranges, streams, problems);
   return Status::ok();
 }
 
