@@ -70,134 +70,176 @@ std::string joined_or_dash(const std::vector<std::string>& items) {
   return out.empty() ? "-" : out;
 }
 
-}  // namespace
-
-int print_root_listing(const std::string& command, const std::string& root, bool json,
-                       const std::vector<std::string>& tiers) {
-  std::vector<std::string> skipped_raw;
-  auto listed = list_any_root(root, &skipped_raw);
-  if (!listed.is_ok()) return fail(command, listed.status().to_string(), kExitFailure);
-  const TierView view = tiers.empty() ? TierView{} : tier_view(root, *listed, tiers);
-  auto latest = latest_of_any_root(root, *listed);
-  if (!latest.is_ok()) return fail(command, latest.status().to_string(), kExitFailure);
-  const std::vector<CheckpointInfo>& all = *listed;
-  const std::optional<std::string>& latest_tag = *latest;
-  std::vector<SkippedDir> skipped = split_skipped(skipped_raw);
+// Everything `list` shows of a root, gathered before anything is printed.
+struct RootListing {
+  std::vector<CheckpointInfo> checkpoints;  // oldest to newest
+  std::optional<std::string> latest_tag;
+  TierView tiers;  // empty without --tier
+  std::vector<SkippedDir> skipped;
   // Tags another engine wrote next to ours (DeepSpeed's own): listed, never verifiable.
-  const std::vector<ForeignTag> foreign =
-      is_object_store_url(root) ? std::vector<ForeignTag>{} : deepspeed_tags(root);
+  std::vector<ForeignTag> foreign;
+};
 
-  if (json) {
-    nlohmann::ordered_json j;
-    j["kind"] = std::string(path_kind_name(PathKind::kRoot));
-    j["root"] = root;
-    j["latest"] =
-        latest_tag ? nlohmann::ordered_json(*latest_tag) : nlohmann::ordered_json(nullptr);
-    j["checkpoints"] = nlohmann::ordered_json::array();
-    for (const CheckpointInfo& c : all) {
-      j["checkpoints"].push_back(
-          {{"tag", c.tag},
-           {"step", c.step ? nlohmann::ordered_json(*c.step) : nlohmann::ordered_json(nullptr)},
-           {"sequence", c.sequence},
-           {"created_unix", c.created_unix},
-           {"created", iso_time_utc(c.created_unix)},
-           {"tensor_bytes", c.tensor_bytes},
-           {"total_bytes", c.total_bytes},
-           {"own_bytes", c.own_bytes},
-           {"num_tensors", c.num_tensors},
-           {"references", c.references},
-           {"latest", latest_tag && *latest_tag == c.tag}});
-      if (!tiers.empty()) {
-        auto it = view.also_in.find(c.tag);
-        j["checkpoints"].back()["tiers"] =
-            it == view.also_in.end() ? std::vector<std::string>{} : it->second;
-      }
-    }
-    if (!tiers.empty()) {
-      j["only_in_tiers"] = nlohmann::ordered_json::array();
-      for (const CheckpointPlace& p : view.only_in_tiers) {
-        j["only_in_tiers"].push_back({{"tag", p.info.tag},
-                                      {"step", p.info.step ? nlohmann::ordered_json(*p.info.step)
-                                                           : nlohmann::ordered_json(nullptr)},
-                                      {"created_unix", p.info.created_unix},
-                                      {"tiers", p.roots}});
-      }
-      j["unreachable_tiers"] = view.unreachable;
-    }
-    j["skipped"] = nlohmann::ordered_json::array();
-    for (const SkippedDir& s : skipped)
-      j["skipped"].push_back({{"tag", s.tag}, {"reason", s.reason}});
-    j["foreign_tags"] = nlohmann::ordered_json::array();
-    for (const ForeignTag& f : foreign) {
-      j["foreign_tags"].push_back(
-          {{"tag", f.tag}, {"kind", f.kind}, {"files", f.files}, {"bytes", f.bytes}});
-    }
-    std::cout << json_text(j) << "\n";
-    std::cout.flush();
-    return kExitOk;
-  }
+Result<RootListing> gather_root_listing(const std::string& root,
+                                        const std::vector<std::string>& tiers) {
+  RootListing out;
+  std::vector<std::string> skipped_raw;
+  FP_ASSIGN_OR_RETURN(out.checkpoints, list_any_root(root, &skipped_raw));
+  if (!tiers.empty()) out.tiers = tier_view(root, out.checkpoints, tiers);
+  FP_ASSIGN_OR_RETURN(out.latest_tag, latest_of_any_root(root, out.checkpoints));
+  out.skipped = split_skipped(skipped_raw);
+  if (!is_object_store_url(root)) out.foreign = deepspeed_tags(root);
+  return out;
+}
 
-  std::cout << root << ": ";
-  if (all.empty()) {
-    std::cout << "no committed checkpoints\n";
-  } else {
-    std::cout << all.size() << (all.size() == 1 ? " checkpoint" : " checkpoints") << ", latest "
-              << latest_tag.value_or("-") << "\n";
-    std::vector<std::vector<std::string>> rows = {
-        {"TAG", "STEP", "CREATED (UTC)", "SIZE", "TENSORS", "BASE"}};
-    if (!tiers.empty()) rows[0].push_back("ALSO IN");
-    for (const CheckpointInfo& c : all) {
-      // An incremental checkpoint: its own bytes, and the base it references (the rest).
-      std::string base = "-";
-      if (!c.references.empty()) {
-        base.clear();
-        for (const std::string& r : c.references) base += (base.empty() ? "" : ",") + r;
-      }
-      rows.push_back({c.tag, c.step ? std::to_string(*c.step) : "-", iso_time_utc(c.created_unix),
-                      format_bytes(c.own_bytes), std::to_string(c.num_tensors), base});
-      if (!tiers.empty()) {
-        auto it = view.also_in.find(c.tag);
-        rows.back().push_back(it == view.also_in.end() ? "-" : joined_or_dash(it->second));
-      }
-    }
-    std::vector<size_t> widths(rows[0].size(), 0);
-    for (const auto& r : rows) {
-      for (size_t i = 0; i < r.size(); ++i) widths[i] = std::max(widths[i], r[i].size());
-    }
-    for (size_t k = 0; k < rows.size(); ++k) {
-      bool is_latest = k > 0 && latest_tag && *latest_tag == all[k - 1].tag;
-      std::string line = is_latest ? "* " : "  ";
-      for (size_t i = 0; i < rows[k].size(); ++i) {
-        line += i + 1 < rows[k].size() ? pad(rows[k][i], widths[i] + 2) : rows[k][i];
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      std::cout << line << "\n";
-    }
-    std::cout << "(* = latest)\n";
+nlohmann::ordered_json step_json(const std::optional<int64_t>& step) {
+  return step ? nlohmann::ordered_json(*step) : nlohmann::ordered_json(nullptr);
+}
+
+// One checkpoint of `list --json`; `also_in` (the tiers holding it) only with --tier.
+nlohmann::ordered_json checkpoint_json(const RootListing& l, const CheckpointInfo& c,
+                                       bool with_tiers) {
+  nlohmann::ordered_json j = {{"tag", c.tag},
+                              {"step", step_json(c.step)},
+                              {"sequence", c.sequence},
+                              {"created_unix", c.created_unix},
+                              {"created", iso_time_utc(c.created_unix)},
+                              {"tensor_bytes", c.tensor_bytes},
+                              {"total_bytes", c.total_bytes},
+                              {"own_bytes", c.own_bytes},
+                              {"num_tensors", c.num_tensors},
+                              {"references", c.references},
+                              {"latest", l.latest_tag && *l.latest_tag == c.tag}};
+  if (with_tiers) {
+    auto it = l.tiers.also_in.find(c.tag);
+    j["tiers"] = it == l.tiers.also_in.end() ? std::vector<std::string>{} : it->second;
   }
+  return j;
+}
+
+nlohmann::ordered_json root_listing_json(const std::string& root, const RootListing& l,
+                                         bool with_tiers) {
+  nlohmann::ordered_json j;
+  j["kind"] = std::string(path_kind_name(PathKind::kRoot));
+  j["root"] = root;
+  j["latest"] =
+      l.latest_tag ? nlohmann::ordered_json(*l.latest_tag) : nlohmann::ordered_json(nullptr);
+  j["checkpoints"] = nlohmann::ordered_json::array();
+  for (const CheckpointInfo& c : l.checkpoints)
+    j["checkpoints"].push_back(checkpoint_json(l, c, with_tiers));
+  if (with_tiers) {
+    j["only_in_tiers"] = nlohmann::ordered_json::array();
+    for (const CheckpointPlace& p : l.tiers.only_in_tiers) {
+      j["only_in_tiers"].push_back({{"tag", p.info.tag},
+                                    {"step", step_json(p.info.step)},
+                                    {"created_unix", p.info.created_unix},
+                                    {"tiers", p.roots}});
+    }
+    j["unreachable_tiers"] = l.tiers.unreachable;
+  }
+  j["skipped"] = nlohmann::ordered_json::array();
+  for (const SkippedDir& s : l.skipped)
+    j["skipped"].push_back({{"tag", s.tag}, {"reason", s.reason}});
+  j["foreign_tags"] = nlohmann::ordered_json::array();
+  for (const ForeignTag& f : l.foreign) {
+    j["foreign_tags"].push_back(
+        {{"tag", f.tag}, {"kind", f.kind}, {"files", f.files}, {"bytes", f.bytes}});
+  }
+  return j;
+}
+
+// The text table's cells: a header row, then one row per checkpoint. An incremental
+// checkpoint's SIZE is its own bytes, and BASE names the checkpoints it references (the rest).
+std::vector<std::vector<std::string>> checkpoint_rows(const RootListing& l, bool with_tiers) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TAG", "STEP", "CREATED (UTC)", "SIZE", "TENSORS", "BASE"}};
+  if (with_tiers) rows[0].push_back("ALSO IN");
+  for (const CheckpointInfo& c : l.checkpoints) {
+    rows.push_back({c.tag, c.step ? std::to_string(*c.step) : "-", iso_time_utc(c.created_unix),
+                    format_bytes(c.own_bytes), std::to_string(c.num_tensors),
+                    joined_or_dash(c.references)});
+    if (with_tiers) {
+      auto it = l.tiers.also_in.find(c.tag);
+      rows.back().push_back(it == l.tiers.also_in.end() ? "-" : joined_or_dash(it->second));
+    }
+  }
+  return rows;
+}
+
+// The checkpoints as aligned columns, the latest marked with '*'.
+void print_checkpoint_table(const RootListing& l,
+                            const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) widths[i] = std::max(widths[i], r[i].size());
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    bool is_latest = k > 0 && l.latest_tag && *l.latest_tag == l.checkpoints[k - 1].tag;
+    std::string line = is_latest ? "* " : "  ";
+    for (size_t i = 0; i < rows[k].size(); ++i) {
+      line += i + 1 < rows[k].size() ? pad(rows[k][i], widths[i] + 2) : rows[k][i];
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << "\n";
+  }
+  std::cout << "(* = latest)\n";
+}
+
+// The checkpoints only a tier holds, and the tiers that could not be listed.
+void print_tier_notes(const TierView& view) {
   for (const CheckpointPlace& p : view.only_in_tiers) {
     std::cout << "only in " << joined_or_dash(p.roots) << ": " << p.info.tag << " (step "
               << (p.info.step ? std::to_string(*p.info.step) : "-") << ", "
               << iso_time_utc(p.info.created_unix) << ")\n";
   }
   for (const std::string& u : view.unreachable) std::cout << "tier unreachable: " << u << "\n";
-  if (!skipped.empty()) {
-    std::cout << "skipped " << skipped.size()
-              << (skipped.size() == 1 ? " directory" : " directories")
-              << " that would not load (run `fastpersist verify` on them):\n";
-    for (const SkippedDir& s : skipped) std::cout << "  " << s.tag << ": " << s.reason << "\n";
+}
+
+void print_skipped(const std::vector<SkippedDir>& skipped) {
+  if (skipped.empty()) return;
+  std::cout << "skipped " << skipped.size() << (skipped.size() == 1 ? " directory" : " directories")
+            << " that would not load (run `fastpersist verify` on them):\n";
+  for (const SkippedDir& s : skipped) std::cout << "  " << s.tag << ": " << s.reason << "\n";
+}
+
+void print_foreign_tags(const std::string& root, const std::vector<ForeignTag>& foreign) {
+  if (foreign.empty()) return;
+  std::cout << foreign.size() << (foreign.size() == 1 ? " DeepSpeed tag" : " DeepSpeed tags")
+            << " without a fastpersist manifest (written by DeepSpeed's own engine: no checksums, "
+               "so they cannot be verified; they load through fastpersist.deepspeed):\n";
+  const std::string pointer = latest_pointer_text(root);
+  for (const ForeignTag& f : foreign) {
+    std::cout << "  " << f.tag << ": " << f.files << (f.files == 1 ? " file, " : " files, ")
+              << format_bytes(f.bytes) << (pointer == f.tag ? " (the `latest` file names it)" : "")
+              << "\n";
   }
-  if (!foreign.empty()) {
-    std::cout
-        << foreign.size() << (foreign.size() == 1 ? " DeepSpeed tag" : " DeepSpeed tags")
-        << " without a fastpersist manifest (written by DeepSpeed's own engine: no checksums, "
-           "so they cannot be verified; they load through fastpersist.deepspeed):\n";
-    const std::string pointer = latest_pointer_text(root);
-    for (const ForeignTag& f : foreign) {
-      std::cout << "  " << f.tag << ": " << f.files << (f.files == 1 ? " file, " : " files, ")
-                << format_bytes(f.bytes)
-                << (pointer == f.tag ? " (the `latest` file names it)" : "") << "\n";
-    }
+}
+
+void print_root_text(const std::string& root, const RootListing& l, bool with_tiers) {
+  std::cout << root << ": ";
+  if (l.checkpoints.empty()) {
+    std::cout << "no committed checkpoints\n";
+  } else {
+    std::cout << l.checkpoints.size()
+              << (l.checkpoints.size() == 1 ? " checkpoint" : " checkpoints") << ", latest "
+              << l.latest_tag.value_or("-") << "\n";
+    print_checkpoint_table(l, checkpoint_rows(l, with_tiers));
+  }
+  print_tier_notes(l.tiers);
+  print_skipped(l.skipped);
+  print_foreign_tags(root, l.foreign);
+}
+
+}  // namespace
+
+int print_root_listing(const std::string& command, const std::string& root, bool json,
+                       const std::vector<std::string>& tiers) {
+  Result<RootListing> listing = gather_root_listing(root, tiers);
+  if (!listing.is_ok()) return fail(command, listing.status().to_string(), kExitFailure);
+  if (json) {
+    std::cout << json_text(root_listing_json(root, *listing, !tiers.empty())) << "\n";
+  } else {
+    print_root_text(root, *listing, !tiers.empty());
   }
   std::cout.flush();
   return kExitOk;

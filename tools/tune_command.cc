@@ -122,33 +122,6 @@ struct Phase {
   tune::Outcome outcome;
 };
 
-// The text progress line: redrawn in place on stderr.
-class Progress {
- public:
-  explicit Progress(bool enabled) : enabled_(enabled) {}
-  void update(const std::string& phase, size_t n, double rate, double spent, double best) {
-    if (!enabled_) return;
-    const int width = 24;
-    const int filled = static_cast<int>(std::lround(spent * width));
-    std::string bar(static_cast<size_t>(std::clamp(filled, 0, width)), '=');
-    bar.resize(width, ' ');
-    std::string line = "tune " + phase + " [" + bar + "] " + std::to_string(n) +
-                       " measured, last " + format_fixed(rate, 2) + " GB/s, best " +
-                       format_fixed(best, 2) + " GB/s";
-    std::cerr << "\r" << line << std::string(last_ > line.size() ? last_ - line.size() : 0, ' ')
-              << std::flush;
-    last_ = line.size();
-  }
-  void end() {
-    if (enabled_ && last_ > 0) std::cerr << "\r" << std::string(last_, ' ') << "\r" << std::flush;
-    last_ = 0;
-  }
-
- private:
-  bool enabled_;
-  size_t last_ = 0;
-};
-
 class Tuner {
  public:
   Tuner(const Args& a, std::string folder, uint64_t size, double budget)
@@ -231,7 +204,7 @@ class Tuner {
   }
 
   int cleanup_fail(const Status& st) {
-    progress_.end();
+    progress_.clear();
     (void)remove_file(path_);
     return fail(kCommand, st.to_string(), kExitFailure);
   }
@@ -271,10 +244,10 @@ class Tuner {
     double best = 0;
     auto on_progress = [&](size_t n, const tune::Candidate&, double rate, double spent) {
       best = std::max(best, rate);
-      progress_.update(name, n, rate, spent, best);
+      progress_.draw(tune::progress_line(name, n, rate, spent, best));
     };
     Result<tune::Outcome> r = tune::search(space, start, o, measure, on_progress);
-    progress_.end();
+    progress_.clear();
     if (!r.is_ok()) return r.status();
     if (!a_.json) print_phase(name, *r);
     return Phase{name, std::move(*r)};
@@ -493,7 +466,7 @@ class Tuner {
   std::string folder_;
   uint64_t size_;
   double budget_;
-  Progress progress_;
+  StatusLine progress_;  // the search's line on stderr, blanked after each phase
   std::string path_;
   PinnedBuffer* buffer_ = nullptr;
   std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();

@@ -2,6 +2,8 @@
 #include "tune_search.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <utility>
@@ -216,6 +218,21 @@ Result<Outcome> search(const Space& space, const Candidate& start, const SearchO
   }
   FP_RETURN_IF_ERROR(s.repeat_contenders());
   return s.outcome();
+}
+
+std::string progress_line(std::string_view phase, size_t measured, double rate, double spent,
+                          double best) {
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(std::lround(spent * kWidth));
+  std::string bar(static_cast<size_t>(std::clamp(filled, 0, kWidth)), '=');
+  bar.resize(kWidth, ' ');
+  auto gb_per_s = [](double value) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "%.2f GB/s", value);
+    return std::string(text);
+  };
+  return "tune " + std::string(phase) + " [" + bar + "] " + std::to_string(measured) +
+         " measured, last " + gb_per_s(rate) + ", best " + gb_per_s(best);
 }
 
 }  // namespace fastpersist::cli::tune

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fastpersist/options.h"
@@ -76,5 +77,11 @@ using Clock = std::function<std::chrono::steady_clock::time_point()>;
 Result<Outcome> search(const Space& space, const Candidate& start, const SearchOptions& options,
                        const Measure& measure, const Progress& progress = {},
                        const Clock& clock = std::chrono::steady_clock::now);
+
+// The line `tune` redraws on stderr after each measurement (through progress.h's StatusLine):
+//   tune write [=======                 ] 12 measured, last 1.84 GB/s, best 2.10 GB/s
+// `spent` is the fraction of the phase's budget used (the bar, full from 1 on), rates in GB/s.
+std::string progress_line(std::string_view phase, size_t measured, double rate, double spent,
+                          double best);
 
 }  // namespace fastpersist::cli::tune

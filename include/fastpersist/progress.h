@@ -12,8 +12,12 @@
 // A disabled bar writes nothing, which lets callers create one unconditionally; whether to
 // enable it is the caller's decision (`--progress` / `--no-progress`, else stderr_is_tty()).
 //
+// The redrawing itself is StatusLine's, the one writer of '\r' lines: the bar draws through it,
+// and so does any other line redrawn in place (`fastpersist tune` shows its search on one).
+//
 // Thread-safety: update() and finish() may be called from any thread (I/O callbacks); the sink
-// is called under the bar's mutex, one whole frame per call.
+// is called under the bar's mutex, one whole frame per call. A StatusLine is not thread-safe:
+// its owner serializes the calls (ProgressBar holds its mutex around them).
 #pragma once
 
 #include <chrono>
@@ -26,10 +30,40 @@
 
 namespace fastpersist {
 
-class ProgressBar {
+// A line of text redrawn in place: each draw() writes "\r" and the new text, padded with blanks
+// over what a longer previous text left; end_line() ends the line, clear() blanks it and puts the
+// cursor back at its start (the next draw() redraws the same line). A disabled line (or one
+// without a sink) writes nothing; neither end_line() nor clear() writes anything before a draw().
+class StatusLine {
  public:
   // Receives the text to write, a frame ("\r" + line) or a line end, and flushes it.
   using Sink = std::function<void(std::string_view)>;
+
+  // Draws into `out` (stderr by default); nullptr disables the line.
+  explicit StatusLine(bool enabled, std::FILE* out = stderr);
+  // Draws through `sink` (an empty sink disables the line).
+  StatusLine(bool enabled, Sink sink);
+
+  bool enabled() const { return enabled_; }
+  // True from a draw() to the next end_line() or clear().
+  bool drawn() const { return drawn_; }
+  // Replaces the line's text with `text` (one line: no '\r' or '\n').
+  void draw(std::string_view text);
+  // Ends the line ("\n") when one was drawn: the text stays on screen.
+  void end_line();
+  // Blanks the line when one was drawn, leaving the cursor at its start.
+  void clear();
+
+ private:
+  bool enabled_;
+  Sink sink_;
+  size_t last_width_ = 0;  // characters drawn last time, to blank leftovers
+  bool drawn_ = false;
+};
+
+class ProgressBar {
+ public:
+  using Sink = StatusLine::Sink;
 
   // Draws into `out` (stderr by default); nullptr disables the bar.
   ProgressBar(std::string label, bool enabled, std::FILE* out = stderr,
@@ -40,7 +74,7 @@ class ProgressBar {
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return line_.enabled(); }
   // `done` of `total` bytes; redraws when the interval passed (or on the first call). Ignored
   // once finished.
   void update(uint64_t done, uint64_t total);
@@ -56,16 +90,13 @@ class ProgressBar {
   void draw_locked(bool force);
 
   std::string label_;
-  bool enabled_;
-  Sink sink_;
+  StatusLine line_;
   std::chrono::steady_clock::duration min_interval_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_{};
   std::mutex mu_;
   uint64_t done_ = 0;
   uint64_t total_ = 0;
-  size_t last_width_ = 0;  // characters drawn last time, to blank leftovers
-  bool drawn_ = false;
   bool finished_ = false;
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `_core.run_cli(argv)`: the `fastpersist` command line run in this process (tools/run_cli.h),
-// so that commands naming an object store use the client the Python package installed.
+// so that commands naming an object store use the client the Python package installed; and
+// `_core.format_bytes(n)`, the CLI's one way of writing a size in text output (tools/format.h).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "format.h"
 #include "run_cli.h"
 
 namespace fastpersist::python {
@@ -26,6 +28,9 @@ void bind_cli(nb::module_& m) {
         return cli::run_cli(static_cast<int>(owned.size()), argv.data());
       },
       "args"_a, "Runs `fastpersist ARGS...` in this process and returns its exit status.");
+  m.def(
+      "format_bytes", [](uint64_t bytes) { return cli::format_bytes(bytes); }, "bytes"_a,
+      "A size as the CLI's text output writes it: 4096 -> '4 KiB', 1536 -> '1.50 KiB'.");
 }
 
 }  // namespace fastpersist::python

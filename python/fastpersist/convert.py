@@ -134,16 +134,6 @@ class _Destination:
     tag: str = ""
 
 
-def _human(n: int) -> str:
-    """Binary units like the CLI's text output: 4096 -> "4 KiB", 1536 -> "1.50 KiB"."""
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-    unit = 0
-    while unit + 1 < len(units) and n >= 1024 << (10 * unit):
-        unit += 1
-    scale = 1 << (10 * unit)
-    return f"{n // scale} {units[unit]}" if n % scale == 0 else f"{n / scale:.2f} {units[unit]}"
-
-
 def _listed(names: Sequence[str]) -> str:
     shown = ", ".join(names[:_MAX_LISTED])
     return shown + (f", ... ({len(names)} in all)" if len(names) > _MAX_LISTED else "")
@@ -504,7 +494,7 @@ def convert(src: str, dst: str, *, tag: Optional[str] = None, prefix: Optional[s
         written = f"checkpoint {dest.path} (root {dest.root}, tag {dest.tag})"
     what = _SOURCE_NAMES.get(source.kind, source.kind)
     lines = [f"converted {what} {source.path} -> {written}: "
-             f"{count} tensor{'s' if count != 1 else ''}, {_human(nbytes)}"]
+             f"{count} tensor{'s' if count != 1 else ''}, {_core.format_bytes(nbytes)}"]
     return lines + [f"note: {n}" for n in notes]
 
 
@@ -535,7 +525,7 @@ def _convert_split_tag(source: _Source, dest: _Destination, progress: Optional[P
         raise ConvertError(f"cannot convert {source.path}: {e}") from None
     return [f"converted DeepSpeed tag {source.path} (stored split) -> plain DeepSpeed tag "
             f"{dest.path} (root {dest.root}, tag {dest.tag}; `latest` names it): "
-            f"{done['files']} file{'s' if done['files'] != 1 else ''}, {_human(done['bytes'])}"]
+            f"{done['files']} file{'s' if done['files'] != 1 else ''}, {_core.format_bytes(done['bytes'])}"]
 
 
 def _parser(prog: Optional[str]) -> argparse.ArgumentParser:

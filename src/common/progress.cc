@@ -17,7 +17,7 @@ std::string fixed(double value, int digits) {
   return text;
 }
 
-ProgressBar::Sink file_sink(std::FILE* out) {
+StatusLine::Sink file_sink(std::FILE* out) {
   if (out == nullptr) return {};
   return [out](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), out);
@@ -56,14 +56,41 @@ std::string format_eta(double seconds) {
   return text;
 }
 
+StatusLine::StatusLine(bool enabled, std::FILE* out) : StatusLine(enabled, file_sink(out)) {}
+
+StatusLine::StatusLine(bool enabled, Sink sink)
+    : enabled_(enabled && static_cast<bool>(sink)), sink_(std::move(sink)) {}
+
+void StatusLine::draw(std::string_view text) {
+  if (!enabled_) return;
+  std::string frame = "\r" + std::string(text);
+  if (text.size() < last_width_) frame += std::string(last_width_ - text.size(), ' ');
+  last_width_ = text.size();
+  drawn_ = true;
+  sink_(frame);
+}
+
+void StatusLine::end_line() {
+  if (!drawn_) return;  // nothing on the line: leave the terminal alone
+  sink_("\n");
+  last_width_ = 0;
+  drawn_ = false;
+}
+
+void StatusLine::clear() {
+  if (!drawn_) return;
+  sink_("\r" + std::string(last_width_, ' ') + "\r");
+  last_width_ = 0;
+  drawn_ = false;
+}
+
 ProgressBar::ProgressBar(std::string label, bool enabled, std::FILE* out,
                          double min_interval_seconds)
     : ProgressBar(std::move(label), enabled, file_sink(out), min_interval_seconds) {}
 
 ProgressBar::ProgressBar(std::string label, bool enabled, Sink sink, double min_interval_seconds)
     : label_(std::move(label)),
-      enabled_(enabled && static_cast<bool>(sink)),
-      sink_(std::move(sink)),
+      line_(enabled, std::move(sink)),
       min_interval_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(std::max(min_interval_seconds, 0.0)))),
       start_(std::chrono::steady_clock::now()) {}
@@ -91,7 +118,7 @@ std::string ProgressBar::render(std::string_view label, uint64_t done, uint64_t 
 }
 
 void ProgressBar::update(uint64_t done, uint64_t total) {
-  if (!enabled_) return;
+  if (!enabled()) return;
   std::lock_guard lock(mu_);
   if (finished_) return;
   done_ = done;
@@ -101,28 +128,22 @@ void ProgressBar::update(uint64_t done, uint64_t total) {
 
 void ProgressBar::draw_locked(bool force) {
   auto now = std::chrono::steady_clock::now();
-  if (!force && drawn_ && now - last_draw_ < min_interval_) return;
+  if (!force && line_.drawn() && now - last_draw_ < min_interval_) return;
   last_draw_ = now;
-  drawn_ = true;
-  std::string text =
-      render(label_, done_, total_, std::chrono::duration<double>(now - start_).count());
-  size_t width = text.size();
-  if (width < last_width_) text += std::string(last_width_ - width, ' ');
-  last_width_ = width;
-  sink_("\r" + text);
+  line_.draw(render(label_, done_, total_, std::chrono::duration<double>(now - start_).count()));
 }
 
 void ProgressBar::finish(bool clear) {
-  if (!enabled_) return;
+  if (!enabled()) return;
   std::lock_guard lock(mu_);
   if (finished_) return;
   finished_ = true;
-  if (!drawn_) return;  // nothing on the line: leave the terminal alone
+  if (!line_.drawn()) return;  // nothing on the line: leave the terminal alone
   if (clear) {
-    sink_("\r" + std::string(last_width_, ' ') + "\r");
+    line_.clear();
   } else {
     draw_locked(true);
-    sink_("\n");
+    line_.end_line();
   }
 }
 
