@@ -675,11 +675,18 @@ def _why(e: Exception) -> str:
 
 
 def _checkpoint_dir(path: str) -> str:
-    """The checkpoint directory `path` names: itself when it holds a manifest, else the
-    ``latest`` checkpoint of the root `path`."""
-    if os.path.isfile(os.path.join(path, _core.layout.MANIFEST_FILE_NAME)):
+    """The checkpoint directory `path` names, by the library's one path classifier
+    (``_core.classify_path``): itself when it is a checkpoint directory (a damaged one too: its
+    reader raises CheckpointCorruptError), else the newest checkpoint of the root `path`.
+    FileNotFoundError for anything else: a directory without a checkpoint, a manifest.json named
+    as a file, a file, a missing path."""
+    info = _core.classify_path(path)
+    if info.kind == _core.PathKind.CHECKPOINT and info.path == path:  # not a manifest.json file
         return path
-    latest = _core.latest_checkpoint(path) if os.path.isdir(path) else None
+    # Any other directory is a root, as for CheckpointManager: one with stray data files at its
+    # top (INCOMPLETE_CHECKPOINT) too.
+    directory = info.kind in (_core.PathKind.ROOT, _core.PathKind.INCOMPLETE_CHECKPOINT)
+    latest = _core.latest_checkpoint(path) if directory else None
     if latest is None:
         raise FileNotFoundError(f"fastpersist: {path} is neither a checkpoint nor a root with one")
     return os.path.join(path, latest)
