@@ -68,7 +68,6 @@ Exit status: 0 done, 1 failed, 2 bad arguments.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import errno
 import os
@@ -79,7 +78,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _core, import_dcp, import_deepspeed, split_tags
+from . import _core, cli, import_dcp, import_deepspeed, split_tags
 from .checkpoint_state import flatten_state
 from .errors import CheckpointLockedError
 from .import_errors import ForeignCheckpointError, UnsafeForeignObjectError
@@ -528,41 +527,6 @@ def _convert_split_tag(source: _Source, dest: _Destination, progress: Optional[P
             f"{done['files']} file{'s' if done['files'] != 1 else ''}, {_core.format_bytes(done['bytes'])}"]
 
 
-def _parser(prog: Optional[str]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog or "python -m fastpersist.convert",
-        description="Convert between torch files (.pt/.pth/.bin/.ckpt), .safetensors files and "
-                    "fastpersist checkpoint directories; import torch.distributed.checkpoint "
-                    "directories and DeepSpeed ZeRO checkpoint folders.",
-        epilog="DST *.safetensors: a safetensors file; *.pt/.pth/.bin/.ckpt: a torch file; "
-               "anything else: a new checkpoint directory ROOT/TAG (or ROOT with --tag TAG). "
-               "Exit status: 0 done, 1 failed, 2 bad arguments.")
-    p.add_argument("src", metavar="SRC",
-                   help="torch file, .safetensors file, checkpoint directory, root (its latest), "
-                        "torch.distributed.checkpoint directory, or DeepSpeed ZeRO folder")
-    p.add_argument("dst", metavar="DST", help="where to write (the format follows from the name)")
-    p.add_argument("--tag", help="checkpoint DST: DST is the root, TAG the new checkpoint's tag")
-    p.add_argument("--prefix", help="only tensors whose name starts with PREFIX, stripped of it")
-    p.add_argument("--compression", choices=("none", "zstd", "lz4"),
-                   help="checkpoint DST: store tensors compressed (zstd, lz4) or raw (none, the "
-                        "default): compresses or decompresses a checkpoint")
-    p.add_argument("--compression-level", type=int,
-                   help="checkpoint DST: the codec's level (zstd 1 by default, up to 22; lz4 0..12)")
-    p.add_argument("--drop-non-tensors", action="store_true",
-                   help="safetensors DST: leave out non-tensor values instead of failing")
-    p.add_argument("--unsafe-pickle", action="store_true",
-                   help="torch.load / checkpoint objects / DCP metadata and values / DeepSpeed "
-                        "files with weights_only=False (runs pickled code: only for files you "
-                        "trust)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing DST file")
-    shown = p.add_mutually_exclusive_group()
-    shown.add_argument("--progress", action="store_true", default=None,
-                       help="show a progress bar on stderr (default: when stderr is a terminal)")
-    shown.add_argument("--no-progress", dest="progress", action="store_false",
-                       help="never show the progress bar")
-    return p
-
-
 class _Bars:
     """The bars of one conversion on stderr, one line per phase (read, then write). As a context
     manager: ends the last line, or blanks it when the conversion raised (the error message
@@ -593,11 +557,20 @@ class _Bars:
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
-    parser = _parser(prog)
-    args = parser.parse_args(argv)  # exits 2 on bad arguments
-    name = parser.prog
+    """`python -m fastpersist.convert`: the command line of `fastpersist convert`, parsed by the
+    CLI's own parser (tools/convert_args.h) and run here; --materialize runs in C++."""
+    name = prog or "python -m fastpersist.convert"
+    parsed = _core.parse_convert_args(list(sys.argv[1:] if argv is None else argv), name)
+    if parsed.args is None:  # --help, or a bad command line
+        sys.stdout.write(parsed.out)
+        sys.stderr.write(parsed.err)
+        return int(parsed.exit_code)
+    args = parsed.args
+    if args.materialize:
+        return cli.main(["convert", *args.to_argv()])
+    shown = True if args.progress else False if args.no_progress else _core.stderr_is_tty()
     try:
-        with _Bars(_core.stderr_is_tty() if args.progress is None else args.progress) as bars:
+        with _Bars(shown) as bars:
             lines = convert(args.src, args.dst, tag=args.tag, prefix=args.prefix,
                             drop_non_tensors=args.drop_non_tensors,
                             unsafe_pickle=args.unsafe_pickle, overwrite=args.overwrite,

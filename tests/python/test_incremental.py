@@ -218,6 +218,28 @@ def test_cli_list_prune_dry_run_verify_and_materialize(tmp_path: Path) -> None:
         assert _same(mgr.load()["frozen"]["float32"], _frozen_and_trained(3)["frozen"]["float32"])
 
 
+def test_python_convert_takes_the_clis_command_line_with_materialize(tmp_path: Path) -> None:
+    # `python -m fastpersist.convert` parses with the CLI's parser, so --materialize works there
+    # too (run by the C++ command in this process) and breaks the same rules.
+    with fastpersist.CheckpointManager(tmp_path, incremental=True, durable=False) as mgr:
+        for step in (1, 2):
+            mgr.save(step, _frozen_and_trained(step))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fastpersist.convert", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    ckpt = str(tmp_path / "step-00000002")
+    r = run("--materialize", ckpt, str(tmp_path / "x"))
+    assert r.returncode == 2, r.stderr
+    assert "python -m fastpersist.convert: error: --materialize works in place" in r.stderr, r.stderr
+    r = run("--materialize", ckpt)
+    assert r.returncode == 0 and "materialized" in r.stdout and "step-00000001" in r.stdout, r.stdout + r.stderr
+    with fastpersist.CheckpointManager(tmp_path) as mgr:
+        assert mgr.materialize(2) == 0  # standalone now
+        torch.testing.assert_close(mgr.load(2), _frozen_and_trained(2))
+
+
 def test_a_missing_or_damaged_base_is_reported_and_resume_falls_back(tmp_path: Path) -> None:
     import shutil
 
