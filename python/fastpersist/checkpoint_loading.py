@@ -11,35 +11,20 @@ as tensors without a copy, moves them to ``map_location`` and rebuilds the state
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 
 from . import _core
-from .checkpoint_state import DTYPE_TO_SAFETENSORS, flatten_into, torch_dtype, unflatten_state
+from ._load_memory import dtype_name, load_destination, loaded_tensor
 from .checkpoint_state import SAFETENSORS_TO_DTYPE as DTYPE_TO_TORCH
+from .checkpoint_state import flatten_into, torch_dtype, unflatten_state
 
 KeySelection = Union[None, Iterable[str], Callable[[str], bool]]
 DtypeSpec = Union[None, torch.dtype, Mapping[str, torch.dtype]]
 
 # Values of the C++ DestinationState (checkpoint_load.h).
 _Dest = _core.DestinationState
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    # A dtype checkpoints do not hold is passed by its torch name: C++ refuses it by that name.
-    return DTYPE_TO_SAFETENSORS.get(dtype, str(dtype))
-
-
-def _destination(name: str, t: torch.Tensor) -> Tuple[str, int, int, str, List[int], List[int]]:
-    """(name, address, capacity, dtype, shape, strides) of destination `t`. The capacity is what
-    its storage holds from its first element on; memory C++ cannot write (another device)
-    goes as address 0, filled here from a host copy."""
-    shape = list(t.shape)
-    if t.device.type != "cpu":
-        return (name, 0, 0, _dtype_name(t.dtype), shape, [])
-    capacity = int(t.untyped_storage().nbytes() - t.storage_offset() * t.element_size())
-    return (name, t.data_ptr(), max(capacity, 0), _dtype_name(t.dtype), shape, list(t.stride()))
 
 
 def key_predicate(keys: KeySelection) -> Callable[[str], bool]:
@@ -71,7 +56,7 @@ def _dtypes(dtype: DtypeSpec) -> Tuple[str, Dict[str, str]]:
     if dtype is None:
         return "", {}
     if isinstance(dtype, torch.dtype):
-        return _dtype_name(dtype), {}
+        return dtype_name(dtype), {}
     if not isinstance(dtype, Mapping):
         raise TypeError("dtype= takes a torch.dtype or a {name: torch.dtype} mapping, "
                         f"not {type(dtype).__name__}")
@@ -79,7 +64,7 @@ def _dtypes(dtype: DtypeSpec) -> Tuple[str, Dict[str, str]]:
     for name, want in dtype.items():
         if not isinstance(want, torch.dtype):
             raise TypeError(f"dtype[{name!r}] is {want!r}, not a torch.dtype")
-        by_name[name] = _dtype_name(want)
+        by_name[name] = dtype_name(want)
     return "", by_name
 
 
@@ -90,18 +75,6 @@ def _device(map_location: Any) -> Optional[torch.device]:
         device = torch.device(map_location)
         return None if device.type == "cpu" else device
     raise TypeError("map_location must be None, a device string or a torch.device")
-
-
-def _wrap(buffer: Any, offset: int, nbytes: int, dtype: torch.dtype,
-          shape: Sequence[int]) -> torch.Tensor:
-    """The bytes at `offset` of `buffer` as a tensor, without a copy. Each tensor's storage
-    starts at its first byte (storage_offset 0), as torch.load gives: torch APIs that read a
-    tensor's storage (``torch.set_rng_state``) then work, and torch.save of one loaded tensor
-    does not write the whole buffer. The storage keeps `buffer` alive."""
-    if nbytes == 0:
-        return torch.empty(tuple(shape), dtype=dtype)
-    return torch.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize,
-                            offset=offset).reshape(tuple(shape))
 
 
 def written_through_dcp(manifest: Any) -> bool:
@@ -184,7 +157,7 @@ def load_checkpoint_dir(
     dest_items = list(dest.items())
     device_tensors = ({i: t for i, (_, t) in enumerate(dest_items)} if to_gpu else {})
     outcome = reader.load(
-        names=names, destinations=[_destination(n, t) for n, t in dest_items],
+        names=names, destinations=[load_destination(n, t) for n, t in dest_items],
         into=into is not None, dtype=blanket, dtype_by_name=by_name, strict=strict,
         verify=verify, max_memory=int(max_memory or 0), progress=progress,
         device_tensors=device_tensors)
@@ -194,8 +167,8 @@ def load_checkpoint_dir(
         if t.destination >= 0:
             loaded[t.name] = dest_items[t.destination][1]
             continue
-        value = _wrap(outcome.buffers[t.buffer] if t.buffer >= 0 else None, t.offset, t.nbytes,
-                      torch_dtype(t.dtype, t.name), t.shape)
+        value = loaded_tensor(outcome.buffers[t.buffer] if t.buffer >= 0 else None, t.offset,
+                              t.nbytes, torch_dtype(t.dtype, t.name), t.shape)
         # A device destination C++ could not fill (to_gpu) is filled from `value` below.
         moved = device is None or (to_gpu and t.name in dest)
         loaded[t.name] = value if moved else value.to(device)

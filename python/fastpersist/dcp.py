@@ -64,8 +64,8 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _core
 from ._checkpoint_options import SETTINGS, checkpoint_options
+from ._load_memory import Destination, load_destination, loaded_tensor
 from ._tensor_source import source_tensor
-from .checkpoint_loading import _destination, _wrap
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError, torch_dtype
 from .errors import CheckpointCorruptError, CheckpointUnsupportedError
 from .import_dcp_metadata import check_planner_data, unpickle_metadata
@@ -571,7 +571,7 @@ class FastPersistReader(StorageReader):
             self._check_block(item, by_name[where[1]])
             users.setdefault(where[1], []).append(item)
         targets: Dict[int, torch.Tensor] = {}
-        direct: List[Tuple[str, int, int, str, List[int], List[int]]] = []
+        direct: List[Destination] = []
         direct_item: Dict[str, ReadItem] = {}
         for name, group in users.items():
             stored = by_name[name]
@@ -583,7 +583,7 @@ class FastPersistReader(StorageReader):
             whole = list(item.lengths) == list(stored.shape) and not any(item.storage_offsets)
             if (whole and dst.device.type == "cpu"
                     and DTYPE_TO_SAFETENSORS.get(dst.dtype) == stored.dtype):
-                direct.append(_destination(name, dst))
+                direct.append(load_destination(name, dst))
                 direct_item[name] = item
         outcome = reader.load(names=list(users), destinations=direct, into=False, dtype="",
                               dtype_by_name={}, strict=False, verify=self._verify, max_memory=0,
@@ -597,8 +597,8 @@ class FastPersistReader(StorageReader):
                     and outcome.destinations[t.destination] == _core.DestinationState.FILLED):
                 planner.commit_tensor(group[0], targets[id(group[0])])
                 continue
-            block = _wrap(outcome.buffers[t.buffer] if t.buffer >= 0 else None, t.offset,
-                          t.nbytes, torch_dtype(t.dtype, t.name), t.shape)
+            block = loaded_tensor(outcome.buffers[t.buffer] if t.buffer >= 0 else None, t.offset,
+                                  t.nbytes, torch_dtype(t.dtype, t.name), t.shape)
             for item in group:
                 piece = block
                 for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
