@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "bench_file.h"
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/config_file.h"

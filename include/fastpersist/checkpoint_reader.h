@@ -137,7 +137,7 @@ class CheckpointReader {
   // are not the recorded ones.
   Result<std::string> read_file(std::string_view name);
 
-  // The reader's state and steps (checkpoint/reader_impl.h, private to the library).
+  // The reader's state and steps (load/reader_impl.h, private to the library).
   class Impl;
 
  private:

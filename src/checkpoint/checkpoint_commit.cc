@@ -5,9 +5,9 @@
 #include <set>
 #include <utility>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_state.h"
 #include "checkpoint/commit_steps.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/layout.h"
 

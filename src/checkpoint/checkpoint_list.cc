@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/root_scan.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/manifest.h"
 

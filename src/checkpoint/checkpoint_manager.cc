@@ -19,7 +19,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_state.h"
 #include "checkpoint/incremental.h"
 #include "checkpoint/materialize.h"
@@ -29,6 +28,7 @@
 #include "checkpoint/root_scan.h"
 #include "checkpoint/save_job.h"
 #include "checkpoint/tier_drain.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/guarded.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"

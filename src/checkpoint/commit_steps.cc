@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/layout.h"
 
 namespace fastpersist::checkpoint {

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 

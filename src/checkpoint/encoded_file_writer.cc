@@ -15,11 +15,11 @@
 #include <mutex>
 #include <string>
 
-#include "checkpoint/delta_base.h"
 #include "checkpoint/staging_copy.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/safetensors.h"
+#include "load/delta_base.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/layout.h"
 

@@ -8,8 +8,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_file_writer.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/task_pool.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/dtype.h"

@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/manifest.h"

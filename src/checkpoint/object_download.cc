@@ -16,15 +16,15 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/object_tier.h"
-#include "checkpoint/verify_file.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/task_pool.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest_index.h"
+#include "load/verify_file.h"
 
 namespace fastpersist::checkpoint {
 namespace {

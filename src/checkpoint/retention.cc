@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_reader.h"
 
 namespace fastpersist::checkpoint {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <string>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/regular_file.h"
 
 namespace fastpersist::checkpoint {

@@ -10,9 +10,9 @@
 #include <mutex>
 #include <utility>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/commit_steps.h"
 #include "checkpoint/incremental.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"

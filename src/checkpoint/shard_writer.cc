@@ -13,11 +13,11 @@
 #include <thread>
 #include <utility>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/encoded_file_writer.h"
 #include "checkpoint/shard_file_writer.h"
 #include "checkpoint/shard_plan.h"
 #include "checkpoint/staging_pool.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/task_pool.h"
 #include "fastpersist/dtype.h"
 

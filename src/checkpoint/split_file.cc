@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/incremental.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_load.h"
 #include "fastpersist/checksum.h"

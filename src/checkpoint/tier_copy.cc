@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
-#include "checkpoint/verify_file.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/manifest_index.h"
+#include "load/verify_file.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -4,10 +4,10 @@
 #include <map>
 #include <utility>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/object_tier.h"
 #include "checkpoint/root_scan.h"
 #include "checkpoint/tier_drain.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_reader.h"
 
 namespace fastpersist::checkpoint {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The decoders of compressed tensors (tensor_codec.h, checkpoint/encoded_read.h) on hostile
+// The decoders of compressed tensors (tensor_codec.h, load/encoded_read.h) on hostile
 // stored bytes. The first byte picks the codec (bit 0), the element width (bits 1-2: 1, 2, 4, 8)
 // and the mode (bit 7):
 //   decode mode: the rest is a tensor's stored bytes, its raw length taken from the next two
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/encoded_read.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/tensor_codec.h"
 #include "fuzz_target.h"
+#include "load/encoded_read.h"
 
 namespace {
 

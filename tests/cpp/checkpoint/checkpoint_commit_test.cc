@@ -13,8 +13,8 @@
 #include <functional>
 #include <thread>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"

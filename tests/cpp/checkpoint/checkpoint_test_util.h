@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/io_engine.h"

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/root_scan.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"

@@ -15,8 +15,8 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"

@@ -8,11 +8,11 @@
 #include <chrono>
 #include <thread>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/save_job.h"
 #include "checkpoint/staging_pool.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/shard_writer.h"

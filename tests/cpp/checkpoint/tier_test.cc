@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/tier_copy.h"
 #include "checkpoint/tier_drain.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "testing/mount_util.h"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_fs.h"
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/incremental.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/tensor_codec.h"

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Decoding compressed tensors (tensor_codec.h) for the readers (private to src/checkpoint):
+// Decoding compressed tensors (tensor_codec.h) for the readers (private to src/load and the layers
+// above):
 //
 //  - ParallelDecode: tensors whose stored bytes are in memory, every chunk decoded on a task
 //    pool at once (what a load does);
@@ -21,30 +22,14 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/delta_base.h"
 #include "common/task_pool.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/status.h"
 #include "fastpersist/tensor_codec.h"
+#include "load/chunk_table.h"
+#include "load/delta_base.h"
 
 namespace fastpersist::checkpoint {
-
-// The codec and element width of an encoded tensor (kUnavailable for an unknown encoding).
-struct EncodedTensor {
-  Compression compression = Compression::kNone;
-  size_t width = 1;
-  bool xor_delta = false;  // "xor-zstd": the frames hold the XOR with the base
-};
-Result<EncodedTensor> encoded_tensor(const ManifestTensor& t);
-
-// "tensor 'x' in tensors-00000-of-00001.safetensors" (for messages).
-std::string tensor_place(const ManifestTensor& t);
-
-// The chunk table of `t`, read from the end of its stored bytes in the file at `path` (two
-// small reads).
-Result<ChunkTable> read_chunk_table(const std::string& path, const ManifestTensor& t);
-// ... or from its stored bytes in memory.
-Result<ChunkTable> chunk_table_in_memory(const ManifestTensor& t, const std::byte* stored);
 
 class ParallelDecode {
  public:

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "checkpoint/load_plan.h"
-#include "checkpoint/reader_impl.h"
 #include "common/align.h"
 #include "fastpersist/dtype.h"
+#include "load/load_plan.h"
+#include "load/reader_impl.h"
 
 namespace fastpersist {
 namespace {

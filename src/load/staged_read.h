@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reading tensors into caller memory that O_DIRECT cannot use directly (private to
-// src/checkpoint).
+// Reading tensors into caller memory that O_DIRECT cannot use directly (private to src/load
+// and the layers above).
 //
 // A load `into=` existing tensors targets memory the caller allocated: torch's CPU tensors sit
 // 64 bytes into a page, and a tensor's bytes start anywhere in its data file, so neither the

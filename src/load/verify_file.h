@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The check of one file of a checkpoint against its manifest, as verify_checkpoint() runs it for
-// every file (private to src/checkpoint). It reads the file once, front to back, and can hand
-// every byte it reads to a sink: a tier's drain copies a checkpoint and verifies it in the same
-// read.
+// every file (private to src/load and the layers above). It reads the file once, front to back, and
+// can hand every byte it reads to a sink: a tier's drain copies a checkpoint and verifies it in the
+// same read.
 #pragma once
 
 #include <cstddef>

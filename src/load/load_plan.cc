@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // See load_plan.h. Every name is looked up in hash tables built once per load, so planning a
 // load of 10^5 tensors takes a few milliseconds; names are compared whole, never parsed.
-#include "checkpoint/load_plan.h"
+#include "load/load_plan.h"
 
 #include <optional>
 #include <string_view>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Staged reads (src/checkpoint/staged_read.h): byte ranges of files land in caller memory at any
+// Staged reads (src/load/staged_read.h): byte ranges of files land in caller memory at any
 // address, whatever the slot size, the gaps between ranges and the files they come from; each
 // range's checksum is reported once; errors stop the read without a hang. And through
 // CheckpointReader: misaligned destinations are verified, and damage is named.
-#include "checkpoint/staged_read.h"
+#include "load/staged_read.h"
 
 #include <gtest/gtest.h>
 

@@ -11,13 +11,13 @@
 #include <memory>
 #include <vector>
 
-#include "checkpoint/delta_base.h"
-#include "checkpoint/encoded_read.h"
-#include "checkpoint/load_plan.h"
-#include "checkpoint/reader_impl.h"
 #include "common/task_pool.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/dtype.h"
+#include "load/delta_base.h"
+#include "load/encoded_read.h"
+#include "load/load_plan.h"
+#include "load/reader_impl.h"
 
 namespace fastpersist {
 namespace {

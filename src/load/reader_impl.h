@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/delta_base.h"
-#include "checkpoint/load_plan.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "load/delta_base.h"
+#include "load/load_plan.h"
 
 namespace fastpersist {
 

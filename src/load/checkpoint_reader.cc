@@ -16,17 +16,16 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/checkpoint_fs.h"
-#include "checkpoint/encoded_read.h"
-#include "checkpoint/load_plan.h"
-#include "checkpoint/reader_impl.h"
-#include "checkpoint/save_job.h"
-#include "checkpoint/staged_read.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/align.h"
 #include "common/printable.h"
 #include "common/regular_file.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
+#include "load/encoded_read.h"
+#include "load/load_plan.h"
+#include "load/reader_impl.h"
+#include "load/staged_read.h"
 
 namespace fastpersist {
 namespace checkpoint {

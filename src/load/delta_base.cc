@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // See delta_base.h.
-#include "checkpoint/delta_base.h"
+#include "load/delta_base.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint/encoded_read.h"
 #include "common/align.h"
 #include "common/printable.h"
+#include "load/chunk_table.h"
 
 namespace fastpersist::checkpoint {
 

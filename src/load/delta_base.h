@@ -4,7 +4,7 @@
 // are O_DIRECT (4096-aligned, through a per-thread buffer) where the filesystem takes them,
 // so reading a base neither fills the page cache nor pays for its pages; buffered otherwise.
 // Readers (load, read_pieces, verify, a tier's drain) XOR them into the decoded delta; the writer
-// XORs them out of the tensor it saves (private to src/checkpoint).
+// XORs them out of the tensor it saves (private to src/load and the layers above).
 //
 // The base's stored bytes are untrusted like any others: a frame that does not decode, or a
 // file that ends early, is kDataLoss naming the tensor and its base.

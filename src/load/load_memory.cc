@@ -8,9 +8,9 @@
 #include <cstring>
 #include <utility>
 
-#include "checkpoint/load_plan.h"
 #include "common/prefault.h"
 #include "fastpersist/dtype.h"
+#include "load/load_plan.h"
 
 namespace fastpersist::checkpoint {
 namespace {

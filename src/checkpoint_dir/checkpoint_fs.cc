@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
 #include <map>
 #include <utility>
 
-#include "checkpoint/checkpoint_fs.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "common/printable.h"
 #include "fastpersist/layout.h"
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// File-system steps of the checkpoint commit protocol and of retention (private to
-// src/checkpoint). Every function reports errno, the operation and the path.
+// File-system steps of the checkpoint commit protocol and of retention, and the files a manifest
+// names (private to src/checkpoint_dir and the layers above: load, checkpoint). Every function
+// reports errno, the operation and the path.
 #pragma once
 
 #include <string>

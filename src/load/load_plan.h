@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The plan of a checkpoint load (private to src/checkpoint): which stored tensors are read,
-// where each one's elements go, and by which route. Planning checks everything a load can check
-// before its first read (names, shapes, dtypes, every destination's capacity, strides and
+// The plan of a checkpoint load (private to src/load and the layers above): which stored tensors
+// are read, where each one's elements go, and by which route. Planning checks everything a load can
+// check before its first read (names, shapes, dtypes, every destination's capacity, strides and
 // writability, encodings), in time linear in the number of tensors and destinations.
 #pragma once
 

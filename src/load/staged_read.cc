@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // See staged_read.h.
-#include "checkpoint/staged_read.h"
+#include "load/staged_read.h"
 
 #include <algorithm>
 #include <cstring>

@@ -4,10 +4,10 @@
 // tensors decode through a FrameStream on the way. Memory: two slots, whatever the tensor's size.
 #include <algorithm>
 
-#include "checkpoint/encoded_read.h"
-#include "checkpoint/reader_impl.h"
 #include "common/align.h"
 #include "fastpersist/checksum.h"
+#include "load/encoded_read.h"
+#include "load/reader_impl.h"
 
 namespace fastpersist {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/file_stream.h"
+#include "load/file_stream.h"
 
 #include <algorithm>
 #include <array>

@@ -9,15 +9,15 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "checkpoint/checkpoint_fs.h"
-#include "checkpoint/delta_base.h"
-#include "checkpoint/encoded_read.h"
-#include "checkpoint/file_stream.h"
-#include "checkpoint/verify_file.h"
+#include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/manifest_index.h"
 #include "fastpersist/safetensors.h"
+#include "load/delta_base.h"
+#include "load/encoded_read.h"
+#include "load/file_stream.h"
+#include "load/verify_file.h"
 
 namespace fastpersist {
 namespace {
