@@ -101,6 +101,12 @@ struct CheckpointOptions : DataFileOptions {
   bool pin_until_drained = true;
   // When should_save(step) says yes (save_policy.h); empty: should_save is refused.
   SavePolicy save_policy = {};
+
+  // Every setting in range, or kInvalidArgument naming the first that is not: the data-file
+  // settings (DataFileOptions::validate), the manager's own, the save policy. The tiers are
+  // checked with the root, when the manager opens. The one check of these settings: open()
+  // runs it, and the Python package runs it when it builds the options.
+  Status validate() const;
 };
 
 // The state of one save. Shared between the manager's thread and the caller.

@@ -281,7 +281,10 @@ void bind_checkpoint_options(nb::module_& m) {
       .def_prop_rw(
           "save_every_seconds",
           [](const CheckpointOptions& o) { return o.save_policy.every_seconds; },
-          [](CheckpointOptions& o, std::optional<double> v) { o.save_policy.every_seconds = v; });
+          [](CheckpointOptions& o, std::optional<double> v) { o.save_policy.every_seconds = v; })
+      .def(
+          "validate", [](const CheckpointOptions& o) { check(o.validate()); },
+          "ValueError naming the first setting out of range (the tiers are checked at open).");
 
   nb::class_<TierOptions>(m, "TierOptions")
       .def(nb::init<>())

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _core
 from ._system import parse_size
-from ._engine_options import check_flag, check_int, check_uint
+from ._engine_options import UINT_MAX, check_flag, check_int, check_uint
 from .writer import engine_options
 
 INT64_MAX = (1 << 63) - 1
@@ -40,15 +40,8 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         raise TypeError(f"fastpersist: unknown checkpoint setting(s): {', '.join(unknown)}")
-    keep_last = None if keep_last is None else check_uint("keep_last", keep_last, INT64_MAX)
+    keep_last = None if keep_last is None else check_uint("keep_last", keep_last, UINT_MAX)
     keep_every = None if keep_every is None else check_uint("keep_every", keep_every, INT64_MAX)
-    if keep_last is not None and keep_last < 1:
-        raise ValueError("keep_last must be >= 1 (the newest checkpoint is always kept)")
-    if keep_every is not None and keep_every < 1:
-        raise ValueError("keep_every must be >= 1")
-    max_in_flight = settings.get("max_in_flight")
-    if max_in_flight is not None and check_uint("max_in_flight", max_in_flight, INT64_MAX) < 1:
-        raise ValueError("max_in_flight must be >= 1")
     o = _core.CheckpointOptions()  # the C++ defaults; only what the caller gave changes
     o.engine = engine_options(*(settings.get(name) for name in _ENGINE))
     for name, field_name in _SIZES.items():
@@ -77,4 +70,5 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
         o.save_every_seconds = float(seconds)  # C++ checks it (finite, above 0) at open
     o.keep_last = keep_last
     o.keep_every = keep_every
+    o.validate()  # C++ says what is out of range (keep_last 0, max_in_flight 0, ...)
     return o

@@ -499,18 +499,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(
     const std::string& root, const CheckpointOptions& options) {
   if (root.empty()) return Status(StatusCode::kInvalidArgument, "checkpoint root is empty");
   FP_RETURN_IF_ERROR(options.validate());
-  if (options.max_in_flight == 0)
-    return Status(StatusCode::kInvalidArgument, "max_in_flight must be at least 1");
-  if (options.full_every == 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "full_every must be at least 1 (1: every save is full)");
-  }
-  if (options.xor_deltas && !options.incremental) {
-    return Status(StatusCode::kInvalidArgument,
-                  "xor_deltas needs incremental=True (a delta is taken against the base)");
-  }
   FP_RETURN_IF_ERROR(checkpoint::check_tiers(root, options.tiers));
-  FP_RETURN_IF_ERROR(options.save_policy.validate());
   CheckpointOptions effective = options;
   effective.staging_window_bytes = options.effective_window_bytes();
   FP_RETURN_IF_ERROR(create_root(root, options.durable));

@@ -4,6 +4,9 @@
 // refused by open.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+
 #include "checkpoint/checkpoint_test_util.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/pinned_buffer.h"
@@ -165,6 +168,36 @@ TEST(OpenOptionsTest, BadOptionsAreRefused) {
   // A root below a file cannot be created (missing parent directories are created, as
   // `mkdir -p` and torch.distributed.checkpoint's FileSystemWriter do).
   EXPECT_FALSE(CheckpointManager::open(dir.file("file/below"), small_options()).is_ok());
+}
+
+// The one check of the manager's settings, which the Python package runs too: each setting out
+// of range is named, before anything is created on disk.
+TEST(OpenOptionsTest, ValidateNamesTheSettingOutOfRange) {
+  EXPECT_TRUE(small_options().validate().is_ok());
+  auto refused = [](void (*spoil)(CheckpointOptions&), const std::string& named) {
+    CheckpointOptions o = small_options();
+    spoil(o);
+    Status st = o.validate();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << named;
+    EXPECT_NE(st.message().find(named), std::string::npos) << st.message();
+    TempDir dir;
+    EXPECT_EQ(CheckpointManager::open(dir.file("root"), o).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_FALSE(std::filesystem::exists(dir.file("root"))) << named;
+  };
+  refused([](CheckpointOptions& o) { o.max_in_flight = 0; }, "max_in_flight must be >= 1");
+  refused([](CheckpointOptions& o) { o.keep_last = 0; }, "keep_last must be >= 1");
+  refused([](CheckpointOptions& o) { o.keep_every = 0; }, "keep_every must be >= 1");
+  refused([](CheckpointOptions& o) { o.keep_every = -3; }, "keep_every must be >= 1");
+  refused([](CheckpointOptions& o) { o.full_every = 0; }, "full_every must be >= 1");
+  refused([](CheckpointOptions& o) { o.xor_deltas = true; }, "xor_deltas needs incremental");
+  refused([](CheckpointOptions& o) { o.staging_window_bytes = 0; }, "staging");
+  CheckpointOptions kept = small_options();
+  kept.keep_last = 1;
+  kept.keep_every = 1;
+  kept.incremental = true;
+  kept.xor_deltas = true;
+  EXPECT_TRUE(kept.validate().is_ok());
 }
 
 }  // namespace
