@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the checkpoint subcommands (list, inspect, verify, prune) share: the library's path
-// classifier (fastpersist/path_kind.h), the messages for a path of the wrong kind, and the small
+// classifier (src/checkpoint/path_kind.h), the messages for a path of the wrong kind, and the small
 // formatting helpers of their output.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "fastpersist/path_kind.h"
+#include "checkpoint/path_kind.h"
 
 namespace fastpersist::cli {
 

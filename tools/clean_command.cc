@@ -4,7 +4,7 @@
 // their process died (".<name>.fp-tmp-XXXXXX"), and parallel writers' sets that no writer holds
 // and nobody wrote for S seconds (".<name>.fp-partial" + records). A temporary whose writer is
 // alive is locked and is only listed, so the command is safe to run while jobs are saving into
-// the same folders. See include/fastpersist/stale_files.h.
+// the same folders. See src/stream/stale_files.h.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,9 +13,9 @@
 
 #include "checkpoint_paths.h"
 #include "command.h"
-#include "fastpersist/stale_files.h"
 #include "format.h"
 #include "number_checks.h"
+#include "stream/stale_files.h"
 
 namespace fastpersist::cli {
 namespace {

@@ -9,7 +9,7 @@
 // missing from that Python (which Python: python_exec.h). Both sides parse the options with one
 // declaration (convert_args.h). The process is replaced (exec), so the exit status, signals and
 // terminal are Python's: 0 done, 1 failed, 2 bad arguments. Python draws the progress bar from the
-// bytes it reads and writes through `_core.ProgressBar`, verify's bar (fastpersist/progress.h).
+// bytes it reads and writes through `_core.ProgressBar`, verify's bar (src/common/progress.h).
 
 #include <filesystem>
 #include <iostream>

@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// `_core.classify_path`: the library's one path classifier (fastpersist/path_kind.h), which the
+// `_core.classify_path`: the library's one path classifier (src/checkpoint/path_kind.h), which the
 // CLI asks too, so `fastpersist convert` and `fastpersist inspect` agree on what a path is.
 #include <nanobind/stl/string.h>
 
 #include <string>
 
 #include "bindings.h"
-#include "fastpersist/path_kind.h"
+#include "checkpoint/path_kind.h"
 
 namespace fastpersist::python {
 
 void bind_paths(nb::module_& m) {
   using namespace nb::literals;
 
-  nb::enum_<PathKind>(m, "PathKind", "What a path is (fastpersist/path_kind.h).")
+  nb::enum_<PathKind>(m, "PathKind", "What a path is (src/checkpoint/path_kind.h).")
       .value("MISSING", PathKind::kMissing)
       .value("CHECKPOINT", PathKind::kCheckpoint)
       .value("INCOMPLETE_CHECKPOINT", PathKind::kIncompleteCheckpoint)

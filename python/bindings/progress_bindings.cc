@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// `_core.ProgressBar`: the CLI's bar (fastpersist/progress.h), drawn into a Python text stream
+// `_core.ProgressBar`: the CLI's bar (src/common/progress.h), drawn into a Python text stream
 // (sys.stderr by default), so the package's progress output is the CLI's line, character for
 // character.
 #include <nanobind/stl/string.h>
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "bindings.h"
-#include "fastpersist/progress.h"
+#include "common/progress.h"
 
 namespace fastpersist::python {
 namespace {

@@ -17,7 +17,7 @@
 #include "fastpersist/fast_file_writer.h"
 #include "fastpersist/file_reader.h"
 #include "fastpersist/io_engine.h"
-#include "fastpersist/stale_files.h"
+#include "stream/stale_files.h"
 
 namespace fastpersist::python {
 namespace {

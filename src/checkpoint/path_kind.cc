@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "fastpersist/path_kind.h"
+#include "checkpoint/path_kind.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

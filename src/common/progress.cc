@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "fastpersist/progress.h"
+#include "common/progress.h"
 
 #include <unistd.h>
 

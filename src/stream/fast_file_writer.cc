@@ -18,8 +18,8 @@
 #include "common/align.h"
 #include "common/unique_fd.h"
 #include "fastpersist/pinned_buffer.h"
-#include "fastpersist/stale_files.h"
 #include "stream/parallel_commit.h"
+#include "stream/stale_files.h"
 #include "stream/writer_files.h"
 
 namespace fastpersist {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Removal of dead writers' temporaries; the reasoning is in include/fastpersist/stale_files.h.
-#include "fastpersist/stale_files.h"
+// Removal of dead writers' temporaries; the reasoning is in src/stream/stale_files.h.
+#include "stream/stale_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -642,7 +642,7 @@ def without_rate(frame: str) -> str:
 
 
 def test_python_bar_draws_what_the_cli_draws_for_the_same_sequence(root):
-    # One C++ bar (fastpersist/progress.h): the CLI's verify draws it on stderr, Python draws it
+    # One C++ bar (src/common/progress.h): the CLI's verify draws it on stderr, Python draws it
     # through _core.ProgressBar. Fed the progress that verify reported, both draw the same.
     import io
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one path classifier (fastpersist/path_kind.h, bound as ``_core.classify_path``): every
+"""The one path classifier (src/checkpoint/path_kind.h, bound as ``_core.classify_path``): every
 kind of path, and the same answer from Python, from ``fastpersist inspect`` and from
 ``fastpersist convert``, including a directory with data files but no manifest.json (an
 incomplete or foreign checkpoint directory, never a root)."""

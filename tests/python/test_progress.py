@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The progress bar as Python draws it (``_core.ProgressBar``: the CLI's C++ bar,
-fastpersist/progress.h, writing into a Python stream) and the byte counts
+src/common/progress.h, writing into a Python stream) and the byte counts
 ``fastpersist.convert.convert(progress=...)`` reports: every number must be a measured one (file
 sizes, bytes read and written), starting at 0 and ending at the total.
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one path classifier (CLI and Python both ask it): every kind, and the case the CLI and
 // convert.py once disagreed on, a directory with data files but no manifest.json.
-#include "fastpersist/path_kind.h"
+#include "checkpoint/path_kind.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -185,10 +185,15 @@ TEST_F(RetentionTest, KeepEveryKeepsMilestones) {
 }
 
 TEST_F(RetentionTest, KeepLastZeroStillKeepsTheNewest) {
+  // As a setting it is a mistake, refused (CheckpointOptions::validate, as the Python package
+  // and a tier refuse it); prune(0) keeps the newest, as prune(1) does.
   CheckpointOptions o = small_options();
   o.keep_last = 0;
-  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), o));
+  EXPECT_EQ(CheckpointManager::open(dir_.path(), o).status().code(), StatusCode::kInvalidArgument);
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(dir_.path(), small_options()));
   save_steps(*mgr, 1, 3);
+  FP_ASSERT_OK_AND_ASSIGN(auto removed, mgr->prune(0, std::nullopt));
+  EXPECT_EQ(removed, (Tags{"step-1", "step-2"}));
   EXPECT_EQ(listed_tags(dir_.path()), (Tags{"step-3"}));
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one progress bar (CLI verify, Python convert): its line, its redraw throttle, its final
 // line, and that a FILE* (a pipe here) receives exactly what a sink does.
-#include "fastpersist/progress.h"
+#include "common/progress.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

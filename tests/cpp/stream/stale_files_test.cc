@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Temporaries of dead FastFileWriters: found by their lock, removed by the next writer of the
 // same path and by remove_stale_temp_files(); a living writer's temporary is never touched.
-#include "fastpersist/stale_files.h"
+#include "stream/stale_files.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The line `fastpersist tune` redraws on stderr (tools/tune_search.h: progress_line), drawn
-// through the library's StatusLine (fastpersist/progress.h) as the command draws it: a frame per
+// through the library's StatusLine (src/common/progress.h) as the command draws it: a frame per
 // measurement, padded over a longer previous one, blanked after each phase, nothing when off.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "fastpersist/progress.h"
+#include "common/progress.h"
 #include "tune_search.h"
 
 namespace fastpersist::cli::tune {

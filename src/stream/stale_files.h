@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Temporary files left by FastFileWriters that died before they committed or aborted.
+// Temporary files left by FastFileWriters that died before they committed or aborted (private
+// to the library: `fastpersist clean` and Python's clean_stale_temp_files are its entry points).
 //
 // A FastFileWriter writes into "<dir>/.<name>.fp-tmp-XXXXXX" and holds an exclusive flock on it
 // from creation until the rename (or the unlink of abort()). The kernel drops that lock when the

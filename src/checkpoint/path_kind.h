@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// What a path given by a user is: a checkpoint directory, a root of checkpoints, a safetensors
+// What a path given by a user is (private to the library, its CLI and its Python package: not
+// installed): a checkpoint directory, a root of checkpoints, a safetensors
 // file, a torch file, ... The one classifier of fastpersist: the CLI (list, inspect, verify,
 // prune, clean) and the Python package (`fastpersist convert`, through `_core.classify_path`)
 // both ask it, so they give one answer for one path.

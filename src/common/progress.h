@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one progress bar of fastpersist: the CLI (verify) and the Python package (convert, through
+// The one progress bar of fastpersist (private to the library, its CLI and its Python package:
+// not installed): the CLI (verify) and the Python package (convert, through
 // `_core.ProgressBar`) both draw this line, so they cannot drift apart:
 //
 //   verify step-00001000  1.2 GiB / 3.1 GiB  [=========>              ]  1.5 GiB/s  ETA 0:02
