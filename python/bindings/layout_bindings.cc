@@ -1,17 +1,47 @@
 // SPDX-License-Identifier: Apache-2.0
-// `_core.layout`: the on-disk names of fastpersist/layout.h, so that Python never spells them.
+// `_core.layout`: the on-disk names of fastpersist/layout.h, so that Python never spells them;
+// and the layout of a Hugging Face export (fastpersist/hf_export.h), `_core.plan_hf_export`.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "bindings.h"
+#include "fastpersist/hf_export.h"
 #include "fastpersist/layout.h"
 
 namespace fastpersist::python {
+namespace {
+
+void bind_hf_export(nb::module_& m) {
+  using namespace nb::literals;
+  nb::class_<HfExportPlan>(m, "HfExportPlan",
+                           "The files of a Hugging Face export (fastpersist/hf_export.h).")
+      .def_ro("files", &HfExportPlan::files, "The data files, in order.")
+      .def_ro("file_of", &HfExportPlan::file_of,
+              "For each tensor as given: its file (an index into files).")
+      .def_ro("index_json", &HfExportPlan::index_json,
+              "model.safetensors.index.json's content; empty with one file.");
+  m.def(
+      "plan_hf_export",
+      [](const std::vector<std::pair<std::string, uint64_t>>& tensors, uint64_t max_shard_bytes) {
+        std::vector<HfExportTensor> given;
+        given.reserve(tensors.size());
+        for (const auto& [name, bytes] : tensors) given.push_back({name, bytes});
+        return unwrap(plan_hf_export(given, max_shard_bytes));
+      },
+      "tensors"_a, "max_shard_bytes"_a,
+      "The files of a Hugging Face export of `tensors` ((name, bytes), in order) with at most "
+      "max_shard_bytes per file (a larger tensor gets a file of its own).");
+  m.attr("HF_INDEX_FILE_NAME") = std::string(kHfIndexFileName);
+}
+
+}  // namespace
 
 void bind_layout(nb::module_& m) {
   using namespace nb::literals;
@@ -43,6 +73,7 @@ void bind_layout(nb::module_& m) {
   layout.def(
       "is_data_file_name", [](std::string_view n) { return is_data_file_name(n); }, "name"_a,
       "Whether `name` is a data file name of any rank.");
+  bind_hf_export(m);
 }
 
 }  // namespace fastpersist::python

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Union
 import torch
 
 from . import _core
+from ._engine_options import check_uint
 from .safetensors_io import save_safetensors
 
 if TYPE_CHECKING:
@@ -66,32 +67,20 @@ def export_hf(manager: "CheckpointManager", tag: str, out_dir: PathLike, *, conf
         seen[id(t)] = name
         tensors[name] = t
     # As Hugging Face means it: "5GB" is 5 * 10**9 bytes (fastpersist's own sizes are binary).
-    limit = (max_shard_size if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool)
-             else _core.parse_hf_size(str(max_shard_size)))
-    shards: List[Dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name, t in tensors.items():
-        n = t.numel() * t.element_size()
-        if shards[-1] and size + n > limit:
-            shards.append({})
-            size = 0
-        shards[-1][name] = t
-        size += n
-    files: List[str] = []
-    if len(shards) == 1:
-        files.append("model.safetensors")
-        save_safetensors(shards[0], os.path.join(out, files[0]))
-    else:
-        weight_map: Dict[str, str] = {}
-        for i, shard in enumerate(shards):
-            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            save_safetensors(shard, os.path.join(out, fname))
-            files.append(fname)
-            weight_map.update({name: fname for name in shard})
-        total = sum(t.numel() * t.element_size() for t in tensors.values())
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
-            json.dump(index, f, indent=2)
-        files.append("model.safetensors.index.json")
+    limit = (_core.parse_hf_size(max_shard_size) if isinstance(max_shard_size, str)
+             else check_uint("max_shard_size", max_shard_size, (1 << 64) - 1))
+    names = list(tensors)
+    plan = _core.plan_hf_export([(n, tensors[n].numel() * tensors[n].element_size()) for n in names],
+                                limit)
+    shards: List[Dict[str, torch.Tensor]] = [{} for _ in plan.files]
+    for name, k in zip(names, plan.file_of):
+        shards[k][name] = tensors[name]
+    for shard, fname in zip(shards, plan.files):  # one file at a time, each by the C++ writer
+        save_safetensors(shard, os.path.join(out, fname))
+    files: List[str] = list(plan.files)
+    if plan.index_json:
+        with open(os.path.join(out, _core.HF_INDEX_FILE_NAME), "w") as f:
+            f.write(plan.index_json)
+        files.append(_core.HF_INDEX_FILE_NAME)
     _write_config(config, out)
     return files

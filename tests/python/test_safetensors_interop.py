@@ -283,6 +283,18 @@ def test_export_hf_shards(gpt2_checkpoint, tmp_path):
     assert torch.equal(logits(hf, ids), logits(model, ids))
 
 
+def test_export_hf_refuses_a_shard_size_that_is_not_one(gpt2_checkpoint, tmp_path):
+    root, _ = gpt2_checkpoint
+    with fastpersist.CheckpointManager(root, durable=False) as mgr:
+        with pytest.raises(ValueError, match="max_shard_size"):
+            mgr.export_hf("step-00000003", tmp_path / "a", max_shard_size=-1)
+        with pytest.raises(TypeError, match="max_shard_size"):
+            mgr.export_hf("step-00000003", tmp_path / "b", max_shard_size=1.5)
+        with pytest.raises(ValueError, match="as Hugging Face does"):
+            mgr.export_hf("step-00000003", tmp_path / "c", max_shard_size="5 parsecs")
+    assert not [f for d in "abc" for f in (tmp_path / d).glob("*.safetensors")]
+
+
 def test_max_shard_size_means_what_hugging_face_means():
     """"5GB" is 5 * 10**9 bytes for Hugging Face (fastpersist's own sizes are binary): the
     export's parser agrees with transformers' own on every unit."""
