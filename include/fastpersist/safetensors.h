@@ -78,6 +78,12 @@ Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry
                                               const std::map<std::string, std::string>& metadata,
                                               uint32_t alignment, SafetensorsHeader* layout);
 
+// The order in which a writer lays `entries` out: widest element first, then as given, so that
+// every tensor starts at a multiple of its element size in an aligned data section (indices
+// into `entries`; an unknown dtype counts as 1 byte wide, and is refused by the encoder). The
+// one rule: a checkpoint's data files (shard_plan) and save_safetensors both follow it.
+std::vector<size_t> widest_first_order(const std::vector<SafetensorsEntry>& entries);
+
 // Pads a header made by encode_safetensors_header with spaces to exactly `bytes` bytes (length
 // prefix included), updating the prefix: how a writer that lays the data out first fills the
 // room it reserved for the header. kInvalidArgument when the header is longer than that.

@@ -464,18 +464,22 @@ void bind_checkpoint_functions(nb::module_& m) {
 
 void bind_safetensors(nb::module_& m) {
   m.def(
-      "encode_safetensors_header",
+      "plan_safetensors_file",
       [](const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
-         const std::map<std::string, std::string>& metadata, uint32_t alignment) {
-        std::vector<SafetensorsEntry> es;
-        for (const auto& [name, dtype, shape] : entries) es.push_back({name, dtype, shape});
-        SafetensorsHeader layout;
-        std::string header = unwrap(encode_safetensors_header(es, metadata, alignment, &layout));
-        std::vector<std::pair<uint64_t, uint64_t>> offsets;
-        for (const auto& t : layout.tensors) offsets.emplace_back(t.begin, t.end);
-        return std::make_pair(nb::bytes(header.data(), header.size()), offsets);
+         const std::map<std::string, std::string>& metadata) {
+        std::vector<SafetensorsEntry> given;
+        for (const auto& [name, dtype, shape] : entries) given.push_back({name, dtype, shape});
+        std::vector<size_t> order = widest_first_order(given);
+        std::vector<SafetensorsEntry> laid_out;
+        for (size_t k : order) laid_out.push_back(given[k]);
+        std::string header = unwrap(
+            encode_safetensors_header(laid_out, metadata, kSafetensorsDefaultAlignment, nullptr));
+        return std::make_pair(nb::bytes(header.data(), header.size()), order);
       },
-      "entries"_a, "metadata"_a, "alignment"_a);
+      "entries"_a, "metadata"_a,
+      "A safetensors file's layout: (header, order). `entries` are (name, dtype, shape); the data "
+      "follows the header in `order` (indices into entries: widest element first), from a "
+      "4096-aligned data section.");
   nb::class_<SafetensorsTensor>(m, "SafetensorsTensor", "One tensor of a safetensors header.")
       .def_prop_ro("name", [](const SafetensorsTensor& t) { return utf8_str(t.name); })
       .def_ro("dtype", &SafetensorsTensor::dtype)

@@ -4,7 +4,8 @@
 Files are standard safetensors (the ``safetensors`` library, ``transformers`` and any other
 reader load them). The header is padded with spaces so the data section starts on a 4096-byte
 boundary, and tensors are ordered widest dtype first so each starts at a multiple of its
-element size: a reader can then use the bytes in place. Writes go through the durable
+element size: a reader can then use the bytes in place (the layout is C++'s,
+``_core.plan_safetensors_file``: the rule a checkpoint's data files follow). Writes go through the durable
 :class:`~fastpersist.FastFileWriter` (temporary file, fdatasync, rename); reads are one parallel
 O_DIRECT read, and the returned tensors are views of that buffer.
 """
@@ -21,7 +22,6 @@ from .checkpoint_state import DTYPE_TO_SAFETENSORS, SAFETENSORS_TO_DTYPE
 from .writer import FastFileWriter, engine_options
 
 PathLike = Union[str, "os.PathLike[str]"]
-_ALIGNMENT = 4096
 
 
 def _as_bytes(t: torch.Tensor) -> Any:
@@ -48,12 +48,10 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
         if t.dtype not in DTYPE_TO_SAFETENSORS:
             raise ValueError(f"tensor {name!r}: dtype {t.dtype} has no safetensors equivalent")
         entries.append((name, t))
-    itemsize = {name: t.element_size() for name, t in entries}
-    ordered = sorted(entries, key=lambda e: -itemsize[e[0]])  # stable: caller's order otherwise
     meta = {"format": "pt", **{str(k): str(v) for k, v in (metadata or {}).items()}}
-    header, _ = _core.encode_safetensors_header(
-        [(name, DTYPE_TO_SAFETENSORS[t.dtype], list(t.shape)) for name, t in ordered], meta,
-        _ALIGNMENT)
+    header, order = _core.plan_safetensors_file(
+        [(name, DTYPE_TO_SAFETENSORS[t.dtype], list(t.shape)) for name, t in entries], meta)
+    ordered = [entries[k] for k in order]
     file_size = len(header) + sum(t.numel() * t.element_size() for _, t in ordered)
     writer = FastFileWriter(path) if durable is None else FastFileWriter(path, durable=bool(durable))
     with writer as w:

@@ -100,17 +100,21 @@ Result<std::vector<PlannedFile>> plan_files(const std::vector<TensorSource>& ten
   for (size_t f = 0; f < count; ++f) {
     PlannedFile file;
     file.name = data_file_name(f, count, rank);
-    file.tensors = std::move(members[f]);
-    // Widest element first, then the caller's order: every offset is a multiple of the size.
-    std::stable_sort(file.tensors.begin(), file.tensors.end(), [&](size_t a, size_t b) {
-      size_t ea = *safetensors_dtype_size(tensors[a].dtype);
-      size_t eb = *safetensors_dtype_size(tensors[b].dtype);
-      return ea != eb ? ea > eb : a < b;
-    });
+    // The caller's order, then widest element first (widest_first_order, safetensors.h): every
+    // offset is a multiple of the element size.
+    std::vector<size_t>& given = members[f];
+    std::sort(given.begin(), given.end());
     std::vector<SafetensorsEntry> entries;
-    entries.reserve(file.tensors.size());
-    for (size_t i : file.tensors)
-      entries.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape});
+    entries.reserve(given.size());
+    for (size_t i : given) entries.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape});
+    const std::vector<size_t> data_order = widest_first_order(entries);
+    std::vector<SafetensorsEntry> laid_out;
+    laid_out.reserve(data_order.size());
+    for (size_t k : data_order) {
+      file.tensors.push_back(given[k]);
+      laid_out.push_back(std::move(entries[k]));
+    }
+    entries = std::move(laid_out);
     FP_ASSIGN_OR_RETURN(file.header,
                         encode_safetensors_header(entries, {{"format", "pt"}},
                                                   kSafetensorsDefaultAlignment, &file.layout));

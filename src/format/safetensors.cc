@@ -135,6 +135,17 @@ std::optional<size_t> SafetensorsHeader::find(std::string_view name) const {
   return std::nullopt;
 }
 
+std::vector<size_t> widest_first_order(const std::vector<SafetensorsEntry>& entries) {
+  std::vector<size_t> width(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i)
+    width[i] = safetensors_dtype_size(entries[i].dtype).value_or(1);
+  std::vector<size_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return width[a] > width[b]; });
+  return order;
+}
+
 Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry>& entries,
                                               const std::map<std::string, std::string>& metadata,
                                               uint32_t alignment, SafetensorsHeader* layout) {

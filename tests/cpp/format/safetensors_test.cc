@@ -351,5 +351,21 @@ TEST(SafetensorsTest, ReadReportsOsErrors) {
   EXPECT_EQ(read_safetensors_header(dir.path()).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The one layout rule of a writer: widest element first, the caller's order among equals.
+TEST(WidestFirstOrder, WidestElementFirstThenAsGiven) {
+  std::vector<SafetensorsEntry> entries = {{"a", "U8", {3}}, {"b", "F32", {2}}, {"c", "BF16", {1}},
+                                           {"d", "F64", {}}, {"e", "I32", {4}}, {"f", "BOOL", {1}}};
+  EXPECT_EQ(widest_first_order(entries), (std::vector<size_t>{3, 1, 4, 2, 0, 5}));
+  EXPECT_TRUE(widest_first_order({}).empty());
+  // Every tensor then starts at a multiple of its width in the encoded layout.
+  std::vector<SafetensorsEntry> laid_out;
+  for (size_t k : widest_first_order(entries)) laid_out.push_back(entries[k]);
+  SafetensorsHeader layout;
+  ASSERT_TRUE(
+      encode_safetensors_header(laid_out, {}, kSafetensorsDefaultAlignment, &layout).is_ok());
+  for (const SafetensorsTensor& t : layout.tensors)
+    EXPECT_EQ(t.begin % *safetensors_dtype_size(t.dtype), 0u) << t.name;
+}
+
 }  // namespace
 }  // namespace fastpersist
