@@ -116,19 +116,27 @@ void bind_fast_file_writer(nb::module_& m) {
 void bind_read_file(nb::module_& m) {
   m.def(
       "read_file",
-      [](const std::string& path, const EngineOptions& options) {
+      [](const std::string& path, const EngineOptions& options, nb::object progress) {
+        std::function<void(uint64_t, uint64_t)> cb;
+        if (!progress.is_none()) {
+          cb = [&progress](uint64_t done, uint64_t total) {
+            nb::gil_scoped_acquire gil;
+            progress(done, total);
+          };
+        }
         auto buffer = unwrap(without_gil([&]() -> Result<std::shared_ptr<PinnedBuffer>> {
           FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
-          return read_whole_file(path, *engine);
+          return read_whole_file(path, *engine, cb);
         }));
         LockedBuffer out;
         out.nbytes = buffer->size();
         out.buffer = std::move(buffer);
         return out;
       },
-      "path"_a, "engine_options"_a,
+      "path"_a, "engine_options"_a, "progress"_a = nb::none(),
       "Reads a whole file with parallel O_DIRECT into one page-aligned buffer (a PinnedBuffer "
-      "object, not memory-locked) that supports the buffer protocol.");
+      "object, not memory-locked) that supports the buffer protocol. With progress, in 64 MiB "
+      "pieces, calling progress(bytes_read, file_size) before the first and after each.");
 }
 
 // The sweep of dead writers' temporaries (stale_files.h).

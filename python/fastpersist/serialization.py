@@ -15,11 +15,8 @@ without the internal entry point, are loaded from the same buffer with one copy.
 from __future__ import annotations
 
 import contextlib
-import errno
-import mmap
 import os
 import pickle
-import stat
 from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 from . import _core
@@ -28,7 +25,6 @@ from .writer import FastFileWriter, PathLike, engine_options
 MapLocation = Union[None, str, Any, Dict[str, str], Callable[..., Any]]
 
 _STORAGE_ALIGNMENT = 4096
-_PROGRESS_CHUNK_BYTES = 64 << 20
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -173,37 +169,7 @@ def read_file(path: PathLike, *, progress: Optional[Callable[[int, int], None]] 
     """
     opts = engine_options(**engine_kwargs)
     name = os.fsdecode(os.fspath(path))
-    if progress is None:
-        return _core.read_file(name, opts)
-    return _read_in_chunks(name, opts, progress)
-
-
-def _read_in_chunks(path: str, opts: Any, progress: Callable[[int, int], None]) -> Any:
-    before = os.stat(path)
-    if stat.S_ISDIR(before.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
-    size = before.st_size
-    progress(0, size)
-    if size == 0:
-        return bytearray()
-    # Anonymous mmap: page-aligned (O_DIRECT lands in it with no bounce copy), not locked.
-    buf = mmap.mmap(-1, size)
-    handle = _core.AioHandle.create(opts)
-    try:
-        with memoryview(buf) as view:
-            for offset in range(0, size, _PROGRESS_CHUNK_BYTES):
-                n = min(_PROGRESS_CHUNK_BYTES, size - offset)
-                with view[offset:offset + n] as chunk:
-                    handle.sync_pread(chunk, path, offset)
-                progress(offset + n, size)
-    finally:
-        handle.close()
-    # Each chunk opens the path again: a file replaced meanwhile would give a mix of two files.
-    after = os.stat(path)
-    if (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns) != (
-            before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns):
-        raise OSError(errno.EAGAIN, "the file changed while it was being read", path)
-    return buf
+    return _core.read_file(name, opts, progress)
 
 
 def load(
