@@ -47,6 +47,27 @@ struct EngineOptions {
   Status validate() const;
 };
 
+// How a setting's value is written: a backend name, a byte count ("8MiB" in text), a count, or a
+// flag.
+enum class SettingKind { kBackend, kBytes, kCount, kFlag };
+
+struct EngineSetting {
+  std::string_view name;
+  SettingKind kind;
+};
+
+// Every EngineOptions setting by the name its users give it (a Python keyword, a key of the
+// configuration file's "engine" object, FASTPERSIST_<NAME> in upper case), in the order the
+// configuration file writes them (DeepNVMe's knobs first). The one list of those names: the
+// configuration file's reader and the Python package's option builder (_core.ENGINE_SETTINGS) go by
+// it, and a test holds it to the struct above.
+inline constexpr EngineSetting kEngineSettings[] = {
+    {"backend", SettingKind::kBackend},    {"block_size", SettingKind::kBytes},
+    {"queue_depth", SettingKind::kCount},  {"intra_op_parallelism", SettingKind::kCount},
+    {"single_submit", SettingKind::kFlag}, {"overlap_events", SettingKind::kFlag},
+    {"direct_io", SettingKind::kFlag},     {"direct_io_min_bytes", SettingKind::kBytes},
+};
+
 // Applies the active configuration file (config_file.h: use_config_file(), else
 // FASTPERSIST_CONFIG) and then the FASTPERSIST_* environment variables on top of `base` (see
 // docs/settings.md). Unknown values are an error, not silently ignored.

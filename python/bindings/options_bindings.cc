@@ -70,6 +70,16 @@ void bind_config(nb::module_& m) {
   m.def(
       "parse_hf_size", [](const std::string& text) { return unwrap(parse_hf_size(text)); },
       "text"_a, "Parses a size as Hugging Face means it: '5GB' is 5*10^9 bytes, '5GiB' 5*2^30.");
+  // kEngineSettings as ((name, kind), ...): what the Python option builder goes by.
+  nb::list settings;
+  for (const EngineSetting& setting : kEngineSettings) {
+    const char* kind = setting.kind == SettingKind::kBackend ? "backend"
+                       : setting.kind == SettingKind::kBytes ? "bytes"
+                       : setting.kind == SettingKind::kCount ? "count"
+                                                             : "flag";
+    settings.append(nb::make_tuple(std::string(setting.name), kind));
+  }
+  m.attr("ENGINE_SETTINGS") = nb::tuple(settings);
 }
 
 void bind_backend_probes(nb::module_& m) {

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _core
 from ._system import parse_size
-from ._engine_options import UINT_MAX, check_flag, check_int, check_uint
+from ._engine_options import ENGINE_SETTINGS, UINT_MAX, check_flag, check_int, check_uint
 from .writer import engine_options
 
 INT64_MAX = (1 << 63) - 1
@@ -25,12 +25,15 @@ _COUNTS = {"max_parallel_files": "max_parallel_files", "max_in_flight": "max_in_
            "save_every_steps": "save_every_steps"}
 _FLAGS = {"lock_staging_memory": "lock_staging_memory", "durable": "durable", "checksums": "checksums",
           "incremental": "incremental", "xor_deltas": "xor_deltas"}
-_ENGINE = ("backend", "block_size", "queue_depth", "intra_op_parallelism")
+# The engine settings a CheckpointManager and the DCP reader and writer take (DeepNVMe's knobs;
+# the others keep the defaults and FASTPERSIST_* values): names from C++'s list.
+ENGINE = tuple(n for n in ENGINE_SETTINGS
+               if n in ("backend", "block_size", "queue_depth", "intra_op_parallelism"))
 
 # The codec's name and level: C++ parses the name and checks the level for the codec.
 _CODEC = ("compression", "compression_level")
 
-SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + _ENGINE + _CODEC + ("save_every_seconds",)
+SETTINGS = tuple(_SIZES) + tuple(_COUNTS) + tuple(_FLAGS) + ENGINE + _CODEC + ("save_every_seconds",)
 INT32_MAX = (1 << 31) - 1
 
 
@@ -43,7 +46,7 @@ def checkpoint_options(settings: Dict[str, Any], keep_last: Optional[int] = None
     keep_last = None if keep_last is None else check_uint("keep_last", keep_last, UINT_MAX)
     keep_every = None if keep_every is None else check_uint("keep_every", keep_every, INT64_MAX)
     o = _core.CheckpointOptions()  # the C++ defaults; only what the caller gave changes
-    o.engine = engine_options(*(settings.get(name) for name in _ENGINE))
+    o.engine = engine_options(**{name: settings.get(name) for name in ENGINE})
     for name, field_name in _SIZES.items():
         if settings.get(name) is not None:
             setattr(o, field_name, parse_size(settings[name]))

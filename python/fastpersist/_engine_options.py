@@ -6,7 +6,7 @@ for type and range before it reaches C++."""
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional
+from typing import Any
 
 from . import _core
 
@@ -41,33 +41,31 @@ def check_flag(name: str, value: Any) -> bool:
     raise TypeError(f"fastpersist: {name} must be True or False, got {type(value).__name__}")
 
 
-def engine_options(
-    backend: Optional[str] = None,
-    block_size: Optional[int] = None,
-    queue_depth: Optional[int] = None,
-    intra_op_parallelism: Optional[int] = None,
-    single_submit: Optional[bool] = None,
-    overlap_events: Optional[bool] = None,
-    direct_io: Optional[bool] = None,
-    direct_io_min_bytes: Optional[int] = None,
-) -> Any:
-    """EngineOptions with every argument that is not None applied over defaults + environment."""
+# The engine settings by name, in C++'s order (options.h, kEngineSettings), with the kind of
+# value each takes; the largest value each kind can carry into C++.
+ENGINE_SETTINGS = tuple(name for name, _ in _core.ENGINE_SETTINGS)
+_KIND = dict(_core.ENGINE_SETTINGS)
+_MAXIMUM = {"bytes": (1 << 64) - 1, "count": UINT_MAX}
+
+
+def engine_options(**given: Any) -> Any:
+    """EngineOptions with every setting in `given` (ENGINE_SETTINGS by name) that is not None
+    applied over defaults + environment; C++ then checks the ranges."""
+    unknown = sorted(set(given) - set(ENGINE_SETTINGS))
+    if unknown:
+        raise TypeError(f"fastpersist: unknown engine setting(s): {', '.join(unknown)}")
     o = _core.engine_options_from_env(_core.EngineOptions())
-    if backend is not None:
-        o.backend = str(backend)
-    if block_size is not None:
-        o.block_size = check_uint("block_size", block_size, (1 << 64) - 1)
-    if queue_depth is not None:
-        o.queue_depth = check_uint("queue_depth", queue_depth, UINT_MAX)
-    if intra_op_parallelism is not None:
-        o.intra_op_parallelism = check_uint("intra_op_parallelism", intra_op_parallelism, UINT_MAX)
-    if single_submit is not None:
-        o.single_submit = check_flag("single_submit", single_submit)
-    if overlap_events is not None:
-        o.overlap_events = check_flag("overlap_events", overlap_events)
-    if direct_io is not None:
-        o.direct_io = check_flag("direct_io", direct_io)
-    if direct_io_min_bytes is not None:
-        o.direct_io_min_bytes = check_uint("direct_io_min_bytes", direct_io_min_bytes, (1 << 64) - 1)
+    for name in ENGINE_SETTINGS:
+        value = given.get(name)
+        if value is None:
+            continue
+        kind = _KIND[name]
+        if kind == "backend":
+            value = str(value)
+        elif kind == "flag":
+            value = check_flag(name, value)
+        else:
+            value = check_uint(name, value, _MAXIMUM[kind])
+        setattr(o, name, value)
     o.validate()
     return o

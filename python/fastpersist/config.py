@@ -19,8 +19,7 @@ from typing import Any, Dict, Union
 from . import _core
 
 PathLike = Union[str, "os.PathLike[str]"]
-_ENGINE_FIELDS = ("backend", "block_size", "queue_depth", "intra_op_parallelism", "single_submit",
-                  "overlap_events", "direct_io", "direct_io_min_bytes")
+_ENGINE_FIELDS = tuple(name for name, _ in _core.ENGINE_SETTINGS)  # C++'s kEngineSettings
 
 
 def _as_dict(config: Any) -> Dict[str, Any]:

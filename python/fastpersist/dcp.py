@@ -63,7 +63,7 @@ from torch.futures import Future
 from torch.utils.dlpack import to_dlpack
 
 from . import _core
-from ._checkpoint_options import SETTINGS, checkpoint_options
+from ._checkpoint_options import ENGINE, SETTINGS, checkpoint_options
 from ._load_memory import Destination, load_destination, loaded_tensor
 from ._tensor_source import source_tensor
 from .checkpoint_state import DTYPE_TO_SAFETENSORS, UnsafeCheckpointObjectError, torch_dtype
@@ -414,7 +414,7 @@ class FastPersistReader(StorageReader):
     def __init__(self, path: PathLike, *, verify: bool = True, unsafe_objects: bool = False,
                  **engine: Any) -> None:
         super().__init__()
-        unknown = sorted(set(engine) - {"backend", "block_size", "queue_depth", "intra_op_parallelism"})
+        unknown = sorted(set(engine) - set(ENGINE))
         if unknown:
             raise TypeError(f"fastpersist: FastPersistReader got unknown setting(s): {', '.join(unknown)}")
         self._engine = dict(engine)

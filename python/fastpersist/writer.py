@@ -124,8 +124,9 @@ class FastFileWriter(WriteOnlyFile):
             opts.stripe_bytes = int(stripe_mb * _MiB)
         if commit_timeout is not None:
             opts.commit_timeout_seconds = _commit_timeout_seconds(commit_timeout)
-        eng = engine_options(backend, block_size, queue_depth, intra_op_parallelism, single_submit,
-                             overlap_events)
+        eng = engine_options(backend=backend, block_size=block_size, queue_depth=queue_depth,
+                             intra_op_parallelism=intra_op_parallelism,
+                             single_submit=single_submit, overlap_events=overlap_events)
         self._show_statistics = show_statistics
         self._progress = progress
         self._io_error: Optional[OSError] = None

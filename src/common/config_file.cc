@@ -81,10 +81,10 @@ Status apply_engine(const Json& engine, const std::string& what, EngineOptions& 
       FP_ASSIGN_OR_RETURN(uint64_t n, size_field(v, what, field));
       o.direct_io_min_bytes = static_cast<size_t>(n);
     } else {
-      return bad(what, "unknown setting \"" + field +
-                           "\" (known: backend, block_size, queue_depth, "
-                           "intra_op_parallelism, single_submit, overlap_events, direct_io, "
-                           "direct_io_min_bytes)");
+      std::string known;
+      for (const EngineSetting& setting : kEngineSettings)
+        known += (known.empty() ? "" : ", ") + std::string(setting.name);
+      return bad(what, "unknown setting \"" + field + "\" (known: " + known + ")");
     }
   }
   Status st = o.validate();

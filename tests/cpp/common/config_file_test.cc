@@ -59,6 +59,23 @@ TEST(ConfigFileTest, WhatEncodeWritesParsesBackTheSame) {
   EXPECT_EQ(c->writer_io_buffer_bytes, size_t{128} << 20);
 }
 
+// The file's "engine" keys are kEngineSettings' names, each written by encode_config, in order.
+TEST(ConfigFileTest, TheEngineKeysAreTheEngineSettings) {
+  const std::string text = encode_config(EngineOptions{}, std::nullopt, "");
+  size_t at = 0;
+  for (const EngineSetting& setting : kEngineSettings) {
+    const std::string key = "\"" + std::string(setting.name) + "\":";
+    const size_t found = text.find(key, at);
+    EXPECT_NE(found, std::string::npos) << key << " in order in " << text;
+    if (found != std::string::npos) at = found;
+  }
+  Result<ConfigFile> unknown = parse_config(config(R"({"queue_dept": 8})"), "test");
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(unknown.status().message().find("known: backend, block_size, queue_depth"),
+            std::string::npos)
+      << unknown.status().message();
+}
+
 TEST(ConfigFileTest, OnlyTheFieldsGivenChangeAndSizesTakeUnits) {
   EngineOptions base;
   base.queue_depth = 7;

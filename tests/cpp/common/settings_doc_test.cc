@@ -204,6 +204,24 @@ TEST_F(SettingsDocTest, DocumentsEveryFieldOfEngineOptionsOnce) {
   EXPECT_EQ(known, header) << "a field was added to EngineOptions: add it to field_specs() here";
 }
 
+// kEngineSettings (options.h), the list the configuration file and Python go by, names every
+// field once, with the kind of value the field takes.
+TEST_F(SettingsDocTest, EngineSettingsListEveryFieldWithItsKind) {
+  std::set<std::string> listed;
+  for (const EngineSetting& setting : kEngineSettings) {
+    const std::string name(setting.name);
+    EXPECT_TRUE(listed.insert(name).second) << "listed twice: " << name;
+    auto spec = field_specs().find(name);
+    ASSERT_NE(spec, field_specs().end()) << name << " is not a field of EngineOptions";
+    const std::map<SettingKind, Kind> kinds = {{SettingKind::kBackend, Kind::kBackend},
+                                               {SettingKind::kBytes, Kind::kSize},
+                                               {SettingKind::kCount, Kind::kCount},
+                                               {SettingKind::kFlag, Kind::kBool}};
+    EXPECT_EQ(kinds.at(setting.kind), spec->second.kind) << name;
+  }
+  EXPECT_EQ(listed, fields_declared_in_header());
+}
+
 TEST_F(SettingsDocTest, DefaultsMatchEngineOptions) {
   const EngineOptions defaults{};
   for (const DocRow& row : rows_) {
