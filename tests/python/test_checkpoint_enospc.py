@@ -237,8 +237,8 @@ def test_enospc_at_every_stage_of_a_save_is_all_or_nothing(root):
     try:
         small = make_state(1, 0.25)
         mgr.save(1, small)
-        locked = _status_kib("VmLck")  # the staging window the first save pinned
         committed = {"step-00000001": small}
+        kept_window: List[str] = []
         fillable = max_fill_blocks(filler)
         # Blocks the save needs: data (1 MiB + a header page), the directory, objects.pkl,
         # the manifest, the pointer; the thresholds of the stages lie a few blocks around it.
@@ -259,10 +259,16 @@ def test_enospc_at_every_stage_of_a_save_is_all_or_nothing(root):
                         if e.errno != errno.ENOSPC:
                             raise
                         blocks -= 1
+            # Taken around the save alone: a load (assert_intact) may keep pinned read slots of
+            # its own, on this machine or not, depending on the route the reader takes.
+            locked = _status_kib("VmLck")
             try:
                 mgr.save(step, state)
             except OSError as e:
                 assert e.errno == errno.ENOSPC, f"{leave} blocks left: {e!r}"
+                if _status_kib("VmLck") > locked:
+                    kept_window.append(f"{leave} blocks left: {_status_kib('VmLck')} KiB locked, "
+                                       f"{locked} before the save")
                 assert_enospc(e, root)
                 name = Path(e.filename).name
                 stages.add(".tmp dir" if name.startswith(".tmp-") else name.split("-")[0])
@@ -280,9 +286,13 @@ def test_enospc_at_every_stage_of_a_save_is_all_or_nothing(root):
         assert any("committed" in o for o in outcomes), outcomes
         assert any("ENOSPC" in o for o in outcomes), outcomes
         print("stages hit:", sorted(stages))
-        # Failures after the snapshot (objects.pkl, manifest, pointer) gave the window back.
-        assert _status_kib("VmLck") <= locked, "a failed save kept its staging window"
-        assert len(stages) >= 3, f"ENOSPC hit only {stages}"
+        # A failed save gave its staging window back (before or after its snapshot).
+        assert not kept_window, f"a failed save kept its staging window: {kept_window}"
+        # ENOSPC hit the data file and at least one stage after the snapshot (objects.pkl, the
+        # manifest, the pointer). Which of the later ones a one-block step lands on depends on
+        # how the filesystem allocates its metadata, so not every one is hit in every run.
+        assert "tensors" in stages, f"ENOSPC hit only {stages}"
+        assert stages & {"objects.pkl", "manifest.json", ".latest.tmp"}, f"ENOSPC hit only {stages}"
     finally:
         filler.unlink(missing_ok=True)
         mgr.close()
