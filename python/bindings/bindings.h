@@ -10,6 +10,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,6 +68,17 @@ template <typename T>
 T unwrap(Result<T>&& result) {
   if (!result.is_ok()) raise_status(result.status());
   return std::move(result).value();
+}
+
+// `progress(done, total)` for C++ that reports progress on the thread that called it, with the
+// GIL released: each call takes the GIL, and an exception the callable raises unwinds the C++
+// call (which holds no lock while it reports). Empty for None. `progress` must outlive the call.
+inline std::function<void(uint64_t, uint64_t)> progress_callback(const nb::object& progress) {
+  if (progress.is_none()) return {};
+  return [&progress](uint64_t done, uint64_t total) {
+    nb::gil_scoped_acquire gil;
+    progress(done, total);
+  };
 }
 
 // A Python str from bytes that should be UTF-8 but may quote a damaged file: invalid bytes

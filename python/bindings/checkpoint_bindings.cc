@@ -445,13 +445,7 @@ void bind_checkpoint_functions(nb::module_& m) {
   m.def(
       "verify_checkpoint",
       [](const std::string& dir, const EngineOptions& options, nb::object progress) {
-        std::function<void(uint64_t, uint64_t)> cb;
-        if (!progress.is_none()) {
-          cb = [&progress](uint64_t done, uint64_t total) {
-            nb::gil_scoped_acquire gil;
-            progress(done, total);
-          };
-        }
+        const std::function<void(uint64_t, uint64_t)> cb = progress_callback(progress);
         auto report = unwrap(without_gil([&]() -> Result<VerifyReport> {
           FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
           return verify_checkpoint(dir, *engine, cb);

@@ -117,13 +117,7 @@ void bind_read_file(nb::module_& m) {
   m.def(
       "read_file",
       [](const std::string& path, const EngineOptions& options, nb::object progress) {
-        std::function<void(uint64_t, uint64_t)> cb;
-        if (!progress.is_none()) {
-          cb = [&progress](uint64_t done, uint64_t total) {
-            nb::gil_scoped_acquire gil;
-            progress(done, total);
-          };
-        }
+        const std::function<void(uint64_t, uint64_t)> cb = progress_callback(progress);
         auto buffer = unwrap(without_gil([&]() -> Result<std::shared_ptr<PinnedBuffer>> {
           FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(options));
           return read_whole_file(path, *engine, cb);
