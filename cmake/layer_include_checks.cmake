@@ -47,9 +47,31 @@ fastpersist_layer_include_check(format checkpoint/save_job.h FAILS)
 fastpersist_layer_include_check(checkpoint_dir load/load_plan.h FAILS)
 fastpersist_layer_include_check(checkpoint_dir checkpoint/save_job.h FAILS)
 fastpersist_layer_include_check(load checkpoint/save_job.h FAILS)
+fastpersist_layer_include_check(load write/shard_plan.h FAILS)
+fastpersist_layer_include_check(write incremental/incremental.h FAILS)
+fastpersist_layer_include_check(write checkpoint/save_job.h FAILS)
+fastpersist_layer_include_check(incremental checkpoint/save_job.h FAILS)
+fastpersist_layer_include_check(checkpoint tier/tier_drain.h FAILS)
 # Right way: the layer's own headers and those of the layers below it.
 fastpersist_layer_include_check(io io/engine_internal.h BUILDS)
 fastpersist_layer_include_check(checkpoint io/engine_internal.h BUILDS)
 fastpersist_layer_include_check(checkpoint stream/writer_files.h BUILDS)
 fastpersist_layer_include_check(load checkpoint_dir/checkpoint_fs.h BUILDS)
 fastpersist_layer_include_check(checkpoint load/load_plan.h BUILDS)
+fastpersist_layer_include_check(write load/delta_base.h BUILDS)
+fastpersist_layer_include_check(incremental write/encoded_file_writer.h BUILDS)
+fastpersist_layer_include_check(checkpoint incremental/incremental.h BUILDS)
+fastpersist_layer_include_check(tier checkpoint/tier_link.h BUILDS)
+
+# The command-line tool includes only public headers and its named helpers (the script says which).
+add_test(NAME layering.tools_use_public_headers
+         COMMAND "${CMAKE_COMMAND}" -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -P "${PROJECT_SOURCE_DIR}/cmake/tools_include_check.cmake")
+set_tests_properties(layering.tools_use_public_headers PROPERTIES LABELS layering)
+
+# No layer's library calls a symbol only a layer above it defines (tests/cpp/layering/link_check.sh).
+# Static libraries only: the sanitizer and the Python builds link the same ones.
+add_test(NAME layering.no_calls_upward
+         COMMAND "${PROJECT_SOURCE_DIR}/tests/cpp/layering/link_check.sh" "${CMAKE_NM}"
+                 "${PROJECT_BINARY_DIR}/src" ${FASTPERSIST_LAYERS})
+set_tests_properties(layering.no_calls_upward PROPERTIES LABELS layering)

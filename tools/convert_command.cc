@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/root_scan.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "convert_args.h"
 #include "fastpersist/checkpoint.h"
+#include "fastpersist/maintenance.h"
 #include "fastpersist/manifest.h"
 #include "fastpersist/options.h"
 #include "python_exec.h"
@@ -44,7 +44,7 @@ constexpr const char* kBootstrap =
     "sys.exit(main(sys.argv[1:], prog='fastpersist convert'))\n";
 
 // `convert --materialize CKPT`: in place, in C++ (no Python): the incremental checkpoint's
-// referenced base files are copied into it and its manifest replaced (checkpoint/materialize.h),
+// referenced base files are copied into it and its manifest replaced (incremental/materialize.h),
 // through a CheckpointManager of its root, so the root's lock keeps a training job out.
 int run_materialize(const ConvertArgs& a) {
   PathInfo p = classify_path(a.src);
@@ -78,7 +78,7 @@ int run_materialize(const ConvertArgs& a) {
   }
   std::string bases;
   if (before.is_ok()) {
-    for (const std::string& b : checkpoint::referenced_tags(*before))
+    for (const std::string& b : referenced_checkpoints(*before))
       bases += (bases.empty() ? "" : ", ") + b;
   }
   std::cout << "materialized checkpoint " << p.path << ": copied " << *copied << " bytes from "

@@ -6,6 +6,7 @@
 // tier's retention runs. Reads ROOT without its lock (a running job may keep saving there);
 // takes TIER's lock while it copies. --dry-run prints the plan and changes nothing.
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/tier_drain.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/maintenance.h"
 #include "fastpersist/options.h"
 #include "format.h"
 #include "number_checks.h"
@@ -40,7 +41,7 @@ struct Args {
   bool json = false;
 };
 
-int report(const Args& a, const std::vector<std::string>& plan, const checkpoint::TierPass& pass) {
+int report(const Args& a, const std::vector<std::string>& plan, const DrainReport& pass) {
   std::vector<std::string> failures;
   for (const Status& st : pass.failures) failures.push_back(st.to_string());
   if (a.json) {
@@ -95,55 +96,36 @@ int run(const Args& a) {
     tier.part_bytes = *part;
   }
   if (a.transfers) tier.transfers = *a.transfers;
-  CheckpointOptions base;
   auto engine_options = engine_options_from_env();
   if (!engine_options.is_ok())
     return fail(kCommand, engine_options.status().to_string(), kExitUsage);
-  base.engine = *engine_options;
-  base.tiers = {tier};
-  if (Status st = checkpoint::check_tiers(a.root, {tier}); !st.is_ok()) {
+  if (Status st = validate_tiers(a.root, {tier}); !st.is_ok()) {
     return fail(kCommand, st.message(), kExitUsage);
   }
-  auto local = list_checkpoints(a.root);
-  if (!local.is_ok()) return fail(kCommand, local.status().to_string(), kExitFailure);
-
-  if (a.dry_run) {
-    PathInfo t = tier.is_object_store() ? PathInfo{} : classify_path(a.tier);
-    std::vector<CheckpointInfo> present;
-    if (tier.is_object_store()) {
-      auto listed = checkpoint::list_tier(tier);
-      if (!listed.is_ok()) return fail(kCommand, listed.status().to_string(), kExitFailure);
-      present = std::move(listed).value();
-    } else if (t.kind == PathKind::kRoot) {
-      auto listed = list_checkpoints(a.tier);
-      if (!listed.is_ok()) return fail(kCommand, listed.status().to_string(), kExitFailure);
-      present = std::move(listed).value();
-    } else if (t.kind != PathKind::kMissing) {
-      return fail(kCommand, wrong_kind(t, "a checkpoint root (or a path to create one at)"),
-                  kExitUsage);
-    }
-    return report(a, checkpoint::plan_drain(*local, present, tier), {});
-  }
-  auto target = checkpoint::open_tier_target(tier, base);
-  if (!target.is_ok()) {
-    const Status& st = target.status();
+  // kBusy: another drainer holds the tier; its message names the holder.
+  auto failed = [](const Status& st) {
     return fail(kCommand, st.code() == StatusCode::kBusy ? st.message() : st.to_string(),
                 kExitFailure);
+  };
+  if (a.dry_run) {
+    if (!tier.is_object_store()) {
+      PathInfo t = classify_path(a.tier);
+      if (t.kind != PathKind::kRoot && t.kind != PathKind::kMissing) {
+        return fail(kCommand, wrong_kind(t, "a checkpoint root (or a path to create one at)"),
+                    kExitUsage);
+      }
+    }
+    auto plan = plan_drain_into(a.root, tier);
+    if (!plan.is_ok()) return failed(plan.status());
+    return report(a, *plan, {});
   }
-  auto present = (*target)->list();
-  if (!present.is_ok()) return fail(kCommand, present.status().to_string(), kExitFailure);
-  std::vector<std::string> plan = checkpoint::plan_drain(*local, *present, tier);
-  auto engine = IoEngine::create(base.engine);
-  if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
-  checkpoint::TierPassHooks hooks;
-  hooks.pacer = checkpoint::make_pacer(tier.bandwidth_bytes_per_second);
+  std::function<void(const std::string&)> on_begin;
   if (!a.json) {
-    hooks.begin = [](const std::string& tag) { std::cerr << "draining " << tag << " ...\n"; };
+    on_begin = [](const std::string& tag) { std::cerr << "draining " << tag << " ...\n"; };
   }
-  checkpoint::TierPass pass =
-      checkpoint::drain_tier(a.root, plan, *local, **engine, **target, hooks);
-  if (Status st = (*target)->close(); !st.is_ok()) pass.failures.push_back(st);
-  return report(a, plan, pass);
+  auto pass = drain_into(a.root, tier, *engine_options, on_begin);
+  if (!pass.is_ok()) return failed(pass.status());
+  return report(a, pass->planned, *pass);
 }
 
 }  // namespace

@@ -11,15 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/tier_drain.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/foreign_checkpoint.h"
 #include "fastpersist/layout.h"
+#include "fastpersist/maintenance.h"
 #include "fastpersist/object_store.h"
 #include "format.h"
-#include "object_roots.h"
 
 namespace fastpersist::cli {
 
@@ -36,15 +35,7 @@ struct TierView {
 TierView tier_view(const std::string& root, const std::vector<CheckpointInfo>& local,
                    const std::vector<std::string>& tiers) {
   TierView v;
-  std::vector<std::string> roots{root};
-  roots.insert(roots.end(), tiers.begin(), tiers.end());
-  std::vector<Result<std::vector<CheckpointInfo>>> listings{local};
-  for (const std::string& t : tiers) {
-    TierOptions tier;
-    tier.path = t;
-    listings.push_back(checkpoint::list_tier(tier));
-  }
-  for (CheckpointPlace& p : checkpoint::merge_places(roots, listings, &v.unreachable)) {
+  for (CheckpointPlace& p : locate_checkpoints(root, local, tiers, &v.unreachable)) {
     if (!p.local) {
       v.only_in_tiers.push_back(std::move(p));
       continue;
@@ -83,12 +74,17 @@ struct RootListing {
 Result<RootListing> gather_root_listing(const std::string& root,
                                         const std::vector<std::string>& tiers) {
   RootListing out;
-  std::vector<std::string> skipped_raw;
-  FP_ASSIGN_OR_RETURN(out.checkpoints, list_any_root(root, &skipped_raw));
+  FP_ASSIGN_OR_RETURN(RootScan scan, scan_any_root(root));
+  out.checkpoints = std::move(scan.committed);
+  for (DamagedCheckpoint& d : scan.damaged) out.skipped.push_back({d.tag, std::move(d.reason)});
   if (!tiers.empty()) out.tiers = tier_view(root, out.checkpoints, tiers);
-  FP_ASSIGN_OR_RETURN(out.latest_tag, latest_of_any_root(root, out.checkpoints));
-  out.skipped = split_skipped(skipped_raw);
-  if (!is_object_store_url(root)) out.foreign = deepspeed_tags(root);
+  if (is_object_store_url(root)) {
+    // An object store has no pointer to read: the newest committed checkpoint is the latest.
+    if (!out.checkpoints.empty()) out.latest_tag = out.checkpoints.back().tag;
+    return out;
+  }
+  FP_ASSIGN_OR_RETURN(out.latest_tag, latest_checkpoint(root));
+  out.foreign = deepspeed_tags(root);
   return out;
 }
 

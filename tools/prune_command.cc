@@ -19,17 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/retention.h"
-#include "checkpoint/root_scan.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "fastpersist/maintenance.h"
 #include "fastpersist/object_store.h"
 #include "fastpersist/options.h"
 #include "format.h"
 #include "number_checks.h"
-#include "object_roots.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -67,12 +65,6 @@ std::string lock_holder(const std::string& root) {
   }
   ::close(fd);  // drops the lock if we got it
   return holder;
-}
-
-std::vector<std::string> tags_of(const std::vector<CheckpointInfo>& infos) {
-  std::vector<std::string> tags;
-  for (const CheckpointInfo& c : infos) tags.push_back(c.tag);
-  return tags;
 }
 
 // `why`: for a dry run, why each kept checkpoint stays (retention.h's reasons), in kept order.
@@ -116,44 +108,28 @@ int report(const Args& a, const std::vector<std::string>& removed,
   return kExitOk;
 }
 
-// An object-store tier: no lock to take (one drainer per tier, docs/tiers.md); every removal
-// deletes the manifest first.
-int run_object_tier(const Args& a) {
-  auto tier = open_object_root(a.root);
-  if (!tier.is_ok()) return fail(kCommand, tier.status().to_string(), kExitFailure);
-  auto scan = (*tier)->scan();
-  if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
-  std::vector<std::string> damaged;
-  if (a.verify) {
-    auto options = engine_options_from_env();
-    if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
-    auto engine = IoEngine::create(*options);
-    if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
-    const std::string scratch = scratch_folder();
-    damaged = checkpoint::demote_damaged(
-        &*scan, a.keep_last, [&](const CheckpointInfo& c) -> std::string {
-          auto report = checkpoint::verify_object_checkpoint(**tier, c.tag, scratch, **engine);
-          if (!report.is_ok()) return "cannot be verified: " + report.status().to_string();
-          return report->ok() ? "" : report->problems.front();
-        });
-  }
-  checkpoint::RetentionDecision decision =
-      checkpoint::decide_retention(*scan, a.keep_last, a.keep_every);
-  std::set<std::string> gone(decision.remove.begin(), decision.remove.end());
-  std::vector<std::string> kept;
-  for (const CheckpointInfo& c : scan->committed) {
-    if (gone.count(c.tag) == 0) kept.push_back(c.tag);
-  }
-  if (!a.dry_run && !decision.remove.empty()) {
-    if (Status st = (*tier)->remove_all(decision.remove); !st.is_ok())
-      return fail(kCommand, st.to_string(), kExitFailure);
-  }
-  return report(a, decision.remove, kept, damaged, "",
-                a.dry_run ? decision.kept : decltype(decision.kept){});
+// The engine that --verify reads with (null without it).
+Result<std::unique_ptr<IoEngine>> verify_engine(const Args& a, const EngineOptions& options) {
+  if (!a.verify) return std::unique_ptr<IoEngine>();
+  return IoEngine::create(options);
 }
 
 int run(const Args& a) {
-  if (is_object_store_url(a.root)) return run_object_tier(a);
+  auto options = engine_options_from_env();
+  if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
+  const RetentionPolicy policy{a.keep_last, a.keep_every};
+  if (is_object_store_url(a.root)) {
+    // No lock to take (one drainer per tier, docs/tiers.md); every removal deletes the manifest
+    // first.
+    auto objects = ObjectStoreRoot::open(a.root);
+    if (!objects.is_ok()) return fail(kCommand, objects.status().to_string(), kExitFailure);
+    auto engine = verify_engine(a, *options);
+    if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
+    auto plan = (*objects)->prune(policy, a.dry_run, engine->get());
+    if (!plan.is_ok()) return fail(kCommand, plan.status().to_string(), kExitFailure);
+    return report(a, plan->remove, plan->kept, plan->damaged, "",
+                  a.dry_run ? plan->kept_because : decltype(plan->kept_because){});
+  }
   PathInfo p = classify_path(a.root);
   if (p.kind == PathKind::kMissing) return fail(kCommand, p.error, kExitUsage);
   if (p.kind == PathKind::kCheckpoint || p.kind == PathKind::kIncompleteCheckpoint) {
@@ -162,34 +138,18 @@ int run(const Args& a) {
   if (p.kind != PathKind::kRoot) {
     return fail(kCommand, a.root + " is a file, not a checkpoint root (a directory)", kExitUsage);
   }
-  const std::optional<unsigned> keep_last = a.keep_last;
-
-  auto options = engine_options_from_env();
-  if (!options.is_ok()) return fail(kCommand, options.status().to_string(), kExitUsage);
-
   if (a.dry_run) {
     // Changes nothing: no debris cleanup, no lock kept. Says whether a real prune could lock.
     std::string note = lock_holder(a.root);
     if (!note.empty()) note = "a real prune would fail now: " + note;
-    auto scan = checkpoint::scan_root(a.root);
-    if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
-    const std::vector<CheckpointInfo> listed = scan->committed;
-    std::vector<std::string> damaged;
-    if (a.verify) {
-      auto engine = IoEngine::create(*options);
-      if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
-      damaged = checkpoint::demote_damaged(&*scan, a.keep_last, a.root, **engine);
-    }
-    checkpoint::RetentionDecision decision =
-        checkpoint::decide_retention(*scan, keep_last, a.keep_every);
-    std::set<std::string> gone(decision.remove.begin(), decision.remove.end());
-    std::vector<std::string> kept;
-    for (const CheckpointInfo& c : listed) {
-      if (gone.count(c.tag) == 0) kept.push_back(c.tag);
-    }
+    auto engine = verify_engine(a, *options);
+    if (!engine.is_ok()) return fail(kCommand, engine.status().to_string(), kExitFailure);
+    auto plan = plan_prune(a.root, policy, engine->get());
+    if (!plan.is_ok()) return fail(kCommand, plan.status().to_string(), kExitFailure);
     // A checkpoint --verify demoted is kept (while it is the newest) but not among the reasons.
-    return report(a, decision.remove, kept, damaged, note, decision.kept);
+    return report(a, plan->remove, plan->kept, plan->damaged, note, plan->kept_because);
   }
+  const std::optional<unsigned> keep_last = a.keep_last;
 
   CheckpointOptions copts;
   copts.engine = *options;
@@ -201,8 +161,11 @@ int run(const Args& a) {
   Status closed = (*manager)->close();
   if (!removed.is_ok()) return fail(kCommand, removed.status().to_string(), kExitFailure);
   if (!closed.is_ok()) return fail(kCommand, closed.to_string(), kExitFailure);
-  return report(a, *removed, remaining.is_ok() ? tags_of(*remaining) : std::vector<std::string>{},
-                damaged, "");
+  std::vector<std::string> kept;
+  if (remaining.is_ok()) {
+    for (const CheckpointInfo& c : *remaining) kept.push_back(c.tag);
+  }
+  return report(a, *removed, kept, damaged, "");
 }
 
 }  // namespace

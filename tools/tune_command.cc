@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "bench_file.h"
-#include "checkpoint_dir/checkpoint_fs.h"
 #include "checkpoint_paths.h"
 #include "command.h"
 #include "common/progress.h"
@@ -41,6 +40,17 @@
 
 namespace fastpersist::cli {
 namespace {
+
+// Writes the configuration the way fastpersist writes every file: into a temporary next to it,
+// made durable, then renamed over it (FastFileWriter), so a crash leaves the old file or the new.
+Status write_config_file(const std::string& path, const std::string& text) {
+  FastFileWriterOptions options;
+  options.io_buffer_bytes = size_t{64} << 10;  // a few KiB of JSON
+  options.preallocate_max_bytes = 0;
+  FP_ASSIGN_OR_RETURN(std::unique_ptr<FastFileWriter> writer, FastFileWriter::open(path, options));
+  FP_RETURN_IF_ERROR(writer->write(text.data(), text.size()));
+  return writer->close();
+}
 
 constexpr const char* kCommand = "tune";
 constexpr const char* kFileName = "fastpersist-tune.dat";
@@ -402,7 +412,7 @@ class Tuner {
         best.writer_buffer ? std::optional<size_t>(best.writer_buffer) : std::nullopt;
     const std::string config = encode_config(best.engine, writer, tuned.dump());
     if (!a_.output.empty()) {
-      Status st = checkpoint::replace_file_atomically(a_.output, config, /*durable=*/true);
+      Status st = write_config_file(a_.output, config);
       if (!st.is_ok())
         return fail(kCommand, "cannot write " + a_.output + ": " + st.to_string(), kExitFailure);
     }

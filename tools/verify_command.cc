@@ -27,11 +27,11 @@
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/foreign_checkpoint.h"
 #include "fastpersist/io_engine.h"
+#include "fastpersist/maintenance.h"
 #include "fastpersist/object_store.h"
 #include "fastpersist/options.h"
 #include "fastpersist/safetensors.h"
 #include "format.h"
-#include "object_roots.h"
 
 namespace fastpersist::cli {
 namespace {
@@ -204,21 +204,20 @@ int verify_foreign_tag(const Args& a, const std::string& dir, const ForeignTag& 
 
 // An object-store tier: every checkpoint fetched into a scratch folder and checked there.
 int verify_object_tier(const Args& a, const std::string& url, IoEngine& engine) {
-  auto tier = open_object_root(url);
-  if (!tier.is_ok()) return fail(kCommand, tier.status().to_string(), kExitFailure);
-  auto scan = (*tier)->scan();
+  auto objects = ObjectStoreRoot::open(url);
+  if (!objects.is_ok()) return fail(kCommand, objects.status().to_string(), kExitFailure);
+  auto scan = (*objects)->scan();
   if (!scan.is_ok()) return fail(kCommand, scan.status().to_string(), kExitFailure);
   std::vector<std::string> tags;
   for (const CheckpointInfo& c : scan->committed) tags.push_back(c.tag);
-  for (const checkpoint::DamagedCheckpoint& d : scan->damaged) tags.push_back(d.tag);
-  const std::string scratch = scratch_folder();
+  for (const DamagedCheckpoint& d : scan->damaged) tags.push_back(d.tag);
   std::set<std::string> not_found;
   auto check = [&](const std::string& tag) {
     Outcome o;
     o.tag = tag;
     o.path = url + "/" + tag;
     auto start = std::chrono::steady_clock::now();
-    auto report = checkpoint::verify_object_checkpoint(**tier, tag, scratch, engine);
+    auto report = (*objects)->verify(tag, engine);
     o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!report.is_ok() && report.status().code() == StatusCode::kNotFound) not_found.insert(tag);
     fill_outcome(o, report);

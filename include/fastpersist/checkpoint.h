@@ -57,6 +57,10 @@
 namespace fastpersist {
 
 // Everything one checkpoint holds.
+namespace checkpoint {
+class ManagerAccess;  // the library's own way to construct managers (src/checkpoint/tier_link.h)
+}  // namespace checkpoint
+
 struct CheckpointContent {
   std::vector<TensorSource> tensors;
   std::map<std::string, std::string> aliases;  // name -> stored tensor name (shared memory)
@@ -244,7 +248,7 @@ class CheckpointManager {
                                          std::optional<int64_t> keep_every, bool verify = false,
                                          std::vector<std::string>* damaged_found = nullptr);
 
-  // Makes the incremental checkpoint `tag` standalone (checkpoint/materialize.h): the base
+  // Makes the incremental checkpoint `tag` standalone (incremental/materialize.h): the base
   // files it references are copied into it and its manifest is replaced atomically, so its base
   // can be removed. Returns the bytes copied (0: it was standalone already). kBusy while a save
   // writes it or is comparing against it.
@@ -253,6 +257,7 @@ class CheckpointManager {
   struct Impl;
 
  private:
+  friend class checkpoint::ManagerAccess;
   explicit CheckpointManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

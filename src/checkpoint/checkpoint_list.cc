@@ -44,7 +44,9 @@ DamagedCheckpoint damaged_of(const std::string& tag, std::string reason,
   return d;
 }
 
-std::vector<std::string> referenced_tags(const Manifest& manifest) {
+}  // namespace checkpoint
+
+std::vector<std::string> referenced_checkpoints(const Manifest& manifest) {
   std::set<std::string> tags;
   for (const ManifestFile& f : manifest.files) {
     std::string_view tag = referenced_checkpoint(f);
@@ -52,6 +54,8 @@ std::vector<std::string> referenced_tags(const Manifest& manifest) {
   }
   return {tags.begin(), tags.end()};
 }
+
+namespace checkpoint {
 
 std::vector<std::string> referencing(const RootScan& scan, const std::string& tag) {
   std::vector<std::string> out;
@@ -67,6 +71,8 @@ std::vector<std::string> referencing(const RootScan& scan, const std::string& ta
   return out;
 }
 
+}  // namespace checkpoint
+
 uint64_t RootScan::highest_sequence() const {
   uint64_t high = 0;
   for (const CheckpointInfo& c : committed) high = std::max(high, c.sequence);
@@ -75,6 +81,11 @@ uint64_t RootScan::highest_sequence() const {
 }
 
 Result<RootScan> scan_root(const std::string& root) {
+  using checkpoint::check_manifest_files;
+  using checkpoint::damaged_of;
+  using checkpoint::info_of;
+  using checkpoint::join_path;
+  using checkpoint::list_dir;
   FP_ASSIGN_OR_RETURN(std::vector<std::string> names, list_dir(root));
   std::sort(names.begin(), names.end());
   RootScan scan;
@@ -115,8 +126,6 @@ Result<RootScan> scan_root(const std::string& root) {
             });
   return scan;
 }
-
-}  // namespace checkpoint
 
 Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root,
                                                      std::vector<std::string>* skipped) {

@@ -20,20 +20,20 @@
 #include <unordered_set>
 
 #include "checkpoint/commit_state.h"
-#include "checkpoint/incremental.h"
-#include "checkpoint/materialize.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/root_lock.h"
 #include "checkpoint/root_scan.h"
 #include "checkpoint/save_job.h"
-#include "checkpoint/tier_drain.h"
+#include "checkpoint/tier_link.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "common/guarded.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/shard_writer.h"
+#include "incremental/incremental.h"
+#include "incremental/materialize.h"
 
 namespace fastpersist {
 
@@ -419,9 +419,9 @@ struct CheckpointManager::Impl : CommitHost {
   // Saves whose snapshot is not over (PendingSave::State::snapshots_running): the caller is
   // blocked on them, so the drainer pauses its copying meanwhile.
   std::atomic<int> snapshots_running{0};
-  // Tiers: the thread that copies committed checkpoints there (null without tiers). Last, so it
-  // stops before what its retention hook uses goes away.
-  std::unique_ptr<checkpoint::TierDrainer> drainer;
+  // Tiers: what copies committed checkpoints there (tier_link.h; null without tiers). Last, so
+  // it stops before what its retention hook uses goes away.
+  std::unique_ptr<checkpoint::TierLink> drainer;
 };
 
 namespace {
@@ -495,11 +495,22 @@ Status create_root(const std::string& root, bool durable) {
 
 }  // namespace
 
-Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(
-    const std::string& root, const CheckpointOptions& options) {
+namespace checkpoint {
+
+// Makes managers for open_manager (the constructor is private to it).
+class ManagerAccess {
+ public:
+  static std::unique_ptr<CheckpointManager> make(std::unique_ptr<CheckpointManager::Impl> impl) {
+    return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(impl)));
+  }
+};
+
+Result<std::unique_ptr<CheckpointManager>> open_manager(const std::string& root,
+                                                        const CheckpointOptions& options,
+                                                        const TierLinkFactory& make_link) {
+  using Impl = CheckpointManager::Impl;
   if (root.empty()) return Status(StatusCode::kInvalidArgument, "checkpoint root is empty");
   FP_RETURN_IF_ERROR(options.validate());
-  FP_RETURN_IF_ERROR(checkpoint::check_tiers(root, options.tiers));
   CheckpointOptions effective = options;
   effective.staging_window_bytes = options.effective_window_bytes();
   FP_RETURN_IF_ERROR(create_root(root, options.durable));
@@ -526,7 +537,10 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(
   FP_RETURN_IF_ERROR(repair_latest_pointer(root, scan.committed, options.durable));
   Impl* raw = impl.get();
   if (!effective.tiers.empty()) {
-    checkpoint::TierDrainer::Setup setup;
+    if (!make_link) {
+      return Status(StatusCode::kInvalidArgument, "this build of the library has no tiers");
+    }
+    checkpoint::TierLinkSetup setup;
     setup.local_root = root;
     setup.tiers = effective.tiers;
     setup.base = effective;
@@ -542,11 +556,13 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::open(
                     removed.status().sys_errno())
           .with_path(removed.status().path());
     };
-    FP_ASSIGN_OR_RETURN(impl->drainer, checkpoint::TierDrainer::start(std::move(setup)));
+    FP_ASSIGN_OR_RETURN(impl->drainer, make_link(std::move(setup)));
   }
   impl->worker = std::thread([raw] { raw->run(); });
-  return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(impl)));
+  return ManagerAccess::make(std::move(impl));
 }
+
+}  // namespace checkpoint
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -726,15 +742,16 @@ std::vector<TierState> CheckpointManager::tier_states() const {
 
 Result<std::vector<CheckpointPlace>> CheckpointManager::locations(
     std::vector<std::string>* unreachable) const {
-  std::vector<std::string> roots{impl_->root};
-  std::vector<Result<std::vector<CheckpointInfo>>> listings;
-  listings.push_back(list_checkpoints(impl_->root));
-  for (const TierOptions& t : impl_->options.tiers) {
-    roots.push_back(t.path);
-    listings.push_back(checkpoint::list_tier(t));
-  }
-  FP_RETURN_IF_ERROR(listings.front().status());  // the local root must be readable
-  return checkpoint::merge_places(roots, listings, unreachable);
+  // The local root must be readable; tiers that are not are named in `unreachable`.
+  FP_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> local, list_checkpoints(impl_->root));
+  if (impl_->drainer) return impl_->drainer->locations(local, unreachable);
+  std::vector<CheckpointPlace> places;
+  for (CheckpointInfo& c : local) places.push_back({std::move(c), {impl_->root}, true});
+  std::stable_sort(places.begin(), places.end(),  // by creation time, as with tiers
+                   [](const CheckpointPlace& a, const CheckpointPlace& b) {
+                     return a.info.created_unix < b.info.created_unix;
+                   });
+  return places;
 }
 
 Result<uint64_t> CheckpointManager::pull(const std::string& tier_path, const std::string& tag) {
@@ -750,7 +767,7 @@ Result<uint64_t> CheckpointManager::pull(const std::string& tier_path, const std
     if (impl_->closed)
       return Status(StatusCode::kInvalidArgument, "the CheckpointManager is closed");
   }
-  return checkpoint::copy_with_bases(*tier, tag, *impl_->engine, *this);
+  return impl_->drainer->pull(*tier, tag, *impl_->engine, *this);
 }
 
 const std::string& CheckpointManager::root() const { return impl_->root; }

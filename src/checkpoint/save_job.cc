@@ -11,11 +11,11 @@
 #include <utility>
 
 #include "checkpoint/commit_steps.h"
-#include "checkpoint/incremental.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest.h"
+#include "incremental/incremental.h"
 
 namespace fastpersist::checkpoint {
 namespace {

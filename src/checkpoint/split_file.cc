@@ -9,13 +9,13 @@
 #include <unordered_map>
 #include <utility>
 
-#include "checkpoint/incremental.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_commit.h"
 #include "fastpersist/checkpoint_load.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/fast_file_writer.h"
 #include "fastpersist/layout.h"
+#include "incremental/incremental.h"
 
 namespace fastpersist {
 namespace {

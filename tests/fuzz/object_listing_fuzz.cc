@@ -21,12 +21,12 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/object_tier.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/object_store.h"
 #include "fuzz_target.h"
+#include "tier/object_tier.h"
 
 namespace {
 

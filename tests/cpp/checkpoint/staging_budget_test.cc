@@ -11,7 +11,6 @@
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/pending_save.h"
 #include "checkpoint/save_job.h"
-#include "checkpoint/staging_pool.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/manifest.h"
@@ -19,6 +18,7 @@
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/watchdog.h"
+#include "write/staging_pool.h"
 
 namespace fastpersist::testing {
 namespace {

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/incremental.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/tensor_codec.h"
+#include "incremental/incremental.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/materialize.h"
+#include "incremental/materialize.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

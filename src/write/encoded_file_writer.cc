@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // See encoded_file_writer.h.
-#include "checkpoint/encoded_file_writer.h"
+#include "write/encoded_file_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,11 +15,11 @@
 #include <mutex>
 #include <string>
 
-#include "checkpoint/staging_copy.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 #include "fastpersist/safetensors.h"
 #include "load/delta_base.h"
+#include "write/staging_copy.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/tier_drain.h"
+#include "tier/tier_drain.h"
 
 #include <algorithm>
 #include <chrono>

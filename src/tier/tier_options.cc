@@ -4,8 +4,8 @@
 #include <string>
 #include <utility>
 
-#include "checkpoint/tier_drain.h"
 #include "fastpersist/tier.h"
+#include "tier/tier_drain.h"
 
 namespace fastpersist {
 

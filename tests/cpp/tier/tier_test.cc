@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/tier_copy.h"
-#include "checkpoint/tier_drain.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "testing/mount_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "tier/tier_copy.h"
+#include "tier/tier_drain.h"
 
 namespace fastpersist::testing {
 namespace {

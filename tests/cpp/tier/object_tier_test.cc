@@ -5,7 +5,7 @@
 // commit marker; retention in the store; pulls back with every byte checked; a damaged local
 // copy never uploaded; an unreachable store never failing a local save; what a drain that died
 // left removed; verification of a stored checkpoint.
-#include "checkpoint/object_tier.h"
+#include "tier/object_tier.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/part_upload.h"
-#include "checkpoint/tier_drain.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/object_store.h"
 #include "testing/dir_object_store.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
+#include "tier/part_upload.h"
+#include "tier/tier_drain.h"
 
 namespace fastpersist::testing {
 namespace {

@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "checkpoint/root_scan.h"
-#include "checkpoint/tier_copy.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/object_store.h"
 #include "fastpersist/tier.h"
+#include "tier/tier_copy.h"
 
 namespace fastpersist::checkpoint {
 

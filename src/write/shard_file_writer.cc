@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/shard_file_writer.h"
+#include "write/shard_file_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint/staging_copy.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
+#include "write/staging_copy.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -17,9 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/tier_copy.h"
+#include "checkpoint/tier_link.h"
 #include "fastpersist/checkpoint.h"
 #include "fastpersist/tier.h"
+#include "tier/tier_copy.h"
 
 namespace fastpersist::checkpoint {
 
@@ -89,37 +90,27 @@ TierPass drain_tier(const std::string& local_root, const std::vector<std::string
                     const std::vector<CheckpointInfo>& local, IoEngine& read_engine,
                     TierTarget& tier, const TierPassHooks& hooks);
 
-// The background drainer of one CheckpointManager (thread-safe).
-class TierDrainer {
+// The background drainer of one CheckpointManager (thread-safe): the manager's TierLink.
+class TierDrainer : public TierLink {
  public:
-  struct Setup {
-    std::string local_root;
-    std::vector<TierOptions> tiers;
-    CheckpointOptions base;  // engine and durability of the tiers' managers
-    bool pin_until_drained = true;
-    std::function<Status()> after_drain;  // local retention, once pins were released
-    // True while a local save is taking its snapshot (its caller is blocked): copying pauses
-    // between pieces, so the drain does not lengthen what save_async blocks.
-    std::function<bool()> pause;
-  };
+  using Setup = TierLinkSetup;
   static Result<std::unique_ptr<TierDrainer>> start(Setup setup);
-  ~TierDrainer();  // stop()
+  ~TierDrainer() override;  // stop()
   TierDrainer(const TierDrainer&) = delete;
   TierDrainer& operator=(const TierDrainer&) = delete;
 
-  // A checkpoint was committed locally: pinned (when pin_until_drained) and a pass is due.
-  void committed(const std::string& tag);
-  // Why local retention must leave `tag` alone now ("" when it need not).
-  std::string pin_reason(const std::string& tag) const;
-  // Failures since the last call (at most 32; a note says how many more).
-  std::vector<Status> take_new_errors();
-  // A pass that starts after this call has ended: OK when it left nothing undrained, else its
-  // failures; kBusy when `timeout_seconds` passed first.
-  Status wait(std::optional<double> timeout_seconds);
-  // Stops the thread; a copy in flight is cancelled (its temporary directory stays in the
-  // tier until the next drainer removes it). Idempotent.
-  void stop();
-  std::vector<TierState> states() const;
+  void committed(const std::string& tag) override;
+  std::string pin_reason(const std::string& tag) const override;
+  std::vector<Status> take_new_errors() override;
+  Status wait(std::optional<double> timeout_seconds) override;
+  // A copy in flight is cancelled (its temporary directory stays in the tier until the next
+  // drainer removes it).
+  void stop() override;
+  std::vector<TierState> states() const override;
+  std::vector<CheckpointPlace> locations(const std::vector<CheckpointInfo>& local,
+                                         std::vector<std::string>* unreachable) override;
+  Result<uint64_t> pull(const TierOptions& tier, const std::string& tag, IoEngine& read_engine,
+                        CheckpointManager& destination) override;
 
  private:
   explicit TierDrainer(Setup setup);
@@ -160,6 +151,11 @@ std::vector<CheckpointPlace> merge_places(
     const std::vector<Result<std::vector<CheckpointInfo>>>& listings,
     std::vector<std::string>* unreachable);
 
+// The checkpoints of `local_root` (listed as `local`) and of `tiers`, merged (merge_places).
+std::vector<CheckpointPlace> locate_in_tiers(const std::string& local_root,
+                                             const std::vector<CheckpointInfo>& local,
+                                             const std::vector<TierOptions>& tiers,
+                                             std::vector<std::string>* unreachable);
 // Copies `tag` from the tier into `destination`, first the checkpoints it references that the
 // destination lacks (CheckpointManager::pull()). Returns the bytes copied.
 Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag,

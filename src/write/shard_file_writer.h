@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/shard_plan.h"
-#include "checkpoint/staging_pool.h"
 #include "common/task_pool.h"
 #include "common/unique_fd.h"
 #include "fastpersist/io_engine.h"
@@ -23,6 +21,8 @@
 #include "fastpersist/status.h"
 #include "fastpersist/tensor_codec.h"
 #include "fastpersist/tensor_source.h"
+#include "write/shard_plan.h"
+#include "write/staging_pool.h"
 
 namespace fastpersist::checkpoint {
 

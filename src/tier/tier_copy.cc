@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/tier_copy.h"
+#include "tier/tier_copy.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // plan_files: how many data files, which tensors go where (balanced, each exactly once), their
 // order inside a file (widest element first, so every tensor is aligned to its element size),
 // and headers that parse back to the planned layout.
-#include "checkpoint/shard_plan.h"
+#include "write/shard_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@
 // (its later chunks are then not compressed at all); tensors under 64 KiB are stored raw.
 #pragma once
 
-#include "checkpoint/shard_file_writer.h"
+#include "write/shard_file_writer.h"
 
 namespace fastpersist::checkpoint {
 

@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/object_tier.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "common/task_pool.h"
 #include "common/unique_fd.h"
@@ -25,6 +24,7 @@
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest_index.h"
 #include "load/verify_file.h"
+#include "tier/object_tier.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // An object tier's listing, removal and retention (object_tier.h); uploads and downloads are in
 // object_upload.cc and object_download.cc.
-#include "checkpoint/object_tier.h"
+#include "tier/object_tier.h"
 
 #include <algorithm>
 #include <map>

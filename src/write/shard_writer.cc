@@ -13,13 +13,13 @@
 #include <thread>
 #include <utility>
 
-#include "checkpoint/encoded_file_writer.h"
-#include "checkpoint/shard_file_writer.h"
-#include "checkpoint/shard_plan.h"
-#include "checkpoint/staging_pool.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "common/task_pool.h"
 #include "fastpersist/dtype.h"
+#include "write/encoded_file_writer.h"
+#include "write/shard_file_writer.h"
+#include "write/shard_plan.h"
+#include "write/staging_pool.h"
 
 namespace fastpersist {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/staging_pool.h"
+#include "write/staging_pool.h"
 
 #include <algorithm>
 #include <cstdint>

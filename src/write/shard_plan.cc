@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/shard_plan.h"
+#include "write/shard_plan.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -3,9 +3,9 @@
 // checkpoint root with its own manager, and an object tier (object_tier.h).
 #include <utility>
 
-#include "checkpoint/object_tier.h"
-#include "checkpoint/tier_drain.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "tier/object_tier.h"
+#include "tier/tier_drain.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/incremental.h"
+#include "incremental/incremental.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,12 +8,12 @@
 #include <set>
 #include <unordered_map>
 
-#include "checkpoint/encoded_file_writer.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "common/task_pool.h"
 #include "fastpersist/checkpoint_reader.h"
 #include "fastpersist/dtype.h"
 #include "fastpersist/tensor_codec.h"
+#include "write/encoded_file_writer.h"
 
 namespace fastpersist::checkpoint {
 

@@ -6,13 +6,13 @@
 #include <set>
 #include <utility>
 
-#include "checkpoint/object_tier.h"
-#include "checkpoint/part_upload.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "common/regular_file.h"
 #include "fastpersist/layout.h"
 #include "fastpersist/manifest_index.h"
 #include "load/verify_file.h"
+#include "tier/object_tier.h"
+#include "tier/part_upload.h"
 
 namespace fastpersist::checkpoint {
 namespace {

@@ -4,11 +4,11 @@
 #include <map>
 #include <utility>
 
-#include "checkpoint/object_tier.h"
 #include "checkpoint/root_scan.h"
-#include "checkpoint/tier_drain.h"
 #include "checkpoint_dir/checkpoint_fs.h"
 #include "fastpersist/checkpoint_reader.h"
+#include "tier/object_tier.h"
+#include "tier/tier_drain.h"
 
 namespace fastpersist::checkpoint {
 
@@ -60,6 +60,29 @@ Result<uint64_t> copy_with_bases(const TierOptions& tier, const std::string& tag
   }
   FP_ASSIGN_OR_RETURN(CopyResult c, copy_checkpoint(source_root, tag, read_engine, destination));
   return bytes + c.bytes;
+}
+
+std::vector<CheckpointPlace> locate_in_tiers(const std::string& local_root,
+                                             const std::vector<CheckpointInfo>& local,
+                                             const std::vector<TierOptions>& tiers,
+                                             std::vector<std::string>* unreachable) {
+  std::vector<std::string> roots{local_root};
+  std::vector<Result<std::vector<CheckpointInfo>>> listings{local};
+  for (const TierOptions& t : tiers) {
+    roots.push_back(t.path);
+    listings.push_back(list_tier(t));
+  }
+  return merge_places(roots, listings, unreachable);
+}
+
+std::vector<CheckpointPlace> TierDrainer::locations(const std::vector<CheckpointInfo>& local,
+                                                    std::vector<std::string>* unreachable) {
+  return locate_in_tiers(setup_.local_root, local, setup_.tiers, unreachable);
+}
+
+Result<uint64_t> TierDrainer::pull(const TierOptions& tier, const std::string& tag,
+                                   IoEngine& read_engine, CheckpointManager& destination) {
+  return copy_with_bases(tier, tag, read_engine, destination);
 }
 
 }  // namespace fastpersist::checkpoint

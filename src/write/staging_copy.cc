@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/staging_copy.h"
+#include "write/staging_copy.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "checkpoint/part_upload.h"
+#include "tier/part_upload.h"
 
 #include <algorithm>
 #include <cstring>
