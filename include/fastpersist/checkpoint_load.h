@@ -62,6 +62,11 @@ struct LoadRequest {
   // checkpoint does not have, are an error listing all of them. Non-strict: they are skipped;
   // a destination of the wrong shape is not written and its tensor is loaded into new memory.
   bool strict = true;
+  // A destination whose dtype its tensor cannot be converted to (conversion_supported) is left
+  // to the caller (kCallerCopies, the tensor in new memory in its stored dtype) instead of
+  // failing the load: for callers that convert what the load cannot (DCP's reader copies with
+  // torch).
+  bool unconvertible_to_caller = false;
   bool verify = true;       // check every tensor's checksum (kDataLoss names file and tensor)
   uint64_t max_memory = 0;  // bytes of file data in flight (0: unbounded)
   // (tensor bytes loaded, tensor bytes to load), before the first read and after each batch.
@@ -85,9 +90,11 @@ struct LoadedTensor {
 
 // What became of each destination.
 enum class DestinationState : uint8_t {
-  kUnused,        // not selected, not in the checkpoint, or (non-strict) of another shape
-  kFilled,        // holds its tensor, converted to its dtype
-  kCallerCopies,  // declared with data == nullptr: the tensor is in new memory in its dtype
+  kUnused,  // not selected, not in the checkpoint, or (non-strict) of another shape
+  kFilled,  // holds its tensor, converted to its dtype
+  // Declared with data == nullptr: the tensor is in new memory in its dtype. Or, with
+  // unconvertible_to_caller, a dtype it cannot convert to: in new memory in its stored dtype.
+  kCallerCopies,
 };
 
 struct LoadResult {

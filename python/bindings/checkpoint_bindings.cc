@@ -141,7 +141,8 @@ class PyCheckpointReader {
                      const std::string& dtype,
                      const std::map<std::string, std::string>& dtype_by_name, bool strict,
                      bool verify, uint64_t max_memory, nb::object progress,
-                     const std::map<size_t, nb::object>& device_tensors) {
+                     const std::map<size_t, nb::object>& device_tensors,
+                     bool unconvertible_to_caller) {
     LoadRequest req;
     req.names = std::move(names);
     req.destinations.reserve(destinations.size());
@@ -168,6 +169,7 @@ class PyCheckpointReader {
     req.dtype = dtype;
     req.dtype_by_name = dtype_by_name;
     req.strict = strict;
+    req.unconvertible_to_caller = unconvertible_to_caller;
     req.verify = verify;
     req.max_memory = max_memory;
     std::optional<nb::python_error> raised;
@@ -416,6 +418,7 @@ void bind_checkpoint_reader(nb::module_& m) {
       .def("load", &PyCheckpointReader::load, nb::kw_only(), "names"_a.none(), "destinations"_a,
            "into"_a, "dtype"_a, "dtype_by_name"_a, "strict"_a, "verify"_a, "max_memory"_a,
            "progress"_a.none(), "device_tensors"_a = std::map<size_t, nb::object>(),
+           "unconvertible_to_caller"_a = false,
            "A whole load (checkpoint_load.h), keyword arguments only; returns a LoadOutcome.")
       .def("read_objects", &PyCheckpointReader::read_objects)
       .def("open_split_file", &PyCheckpointReader::open_split_file, "name"_a,

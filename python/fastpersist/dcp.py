@@ -554,10 +554,12 @@ class FastPersistReader(StorageReader):
                 f"{stored.dtype} (damaged or edited metadata)")
 
     def _read_tensors(self, reader: Any, items: List[ReadItem], planner: LoadPlanner) -> None:
-        """One C++ load for every stored block this rank needs: a block that one read item
-        covers whole goes straight into the item's destination (any strides, host memory, the
-        stored dtype); the others are read once into new memory and DCP's pieces are copied
-        out of them."""
+        """One C++ load for every stored block this rank needs. A block that one read item
+        covers whole is offered to C++ with the item's destination, and C++ chooses the route
+        (load_plan.cc): straight into it (any strides, converted to its dtype), or, where it
+        cannot write there (device memory) or convert (``unconvertible_to_caller``), into new
+        memory for the copy below. The other blocks are read once into new memory and DCP's
+        pieces are copied out of them."""
         if not items:
             return
         manifest = reader.manifest
@@ -571,23 +573,18 @@ class FastPersistReader(StorageReader):
             self._check_block(item, by_name[where[1]])
             users.setdefault(where[1], []).append(item)
         targets: Dict[int, torch.Tensor] = {}
-        direct: List[Destination] = []
-        direct_item: Dict[str, ReadItem] = {}
+        offered: List[Destination] = []
         for name, group in users.items():
-            stored = by_name[name]
             if len(group) != 1:
                 continue
             item = group[0]
             dst = planner.resolve_tensor(item).detach()
             targets[id(item)] = dst
-            whole = list(item.lengths) == list(stored.shape) and not any(item.storage_offsets)
-            if (whole and dst.device.type == "cpu"
-                    and DTYPE_TO_SAFETENSORS.get(dst.dtype) == stored.dtype):
-                direct.append(load_destination(name, dst))
-                direct_item[name] = item
-        outcome = reader.load(names=list(users), destinations=direct, into=False, dtype="",
+            if list(item.lengths) == list(by_name[name].shape) and not any(item.storage_offsets):
+                offered.append(load_destination(name, dst))
+        outcome = reader.load(names=list(users), destinations=offered, into=False, dtype="",
                               dtype_by_name={}, strict=False, verify=self._verify, max_memory=0,
-                              progress=None)
+                              progress=None, unconvertible_to_caller=True)
         if outcome.missing:
             raise CheckpointCorruptError(f"fastpersist: blocks missing from {reader.dir}: "
                                          f"{list(outcome.missing)[:5]}")

@@ -154,6 +154,11 @@ class LoadPlanner {
       return invalid("the destination of '" + dest.name + "' has dtype '" + dest.dtype +
                      "', which no checkpoint tensor loads into");
     }
+    if (!conversion_supported(t.dtype, dest.dtype) && r_.unconvertible_to_caller) {
+      // Loaded in its stored dtype (no caller_copies_ entry: that one would set the dtype).
+      plan_.destination_state[d] = DestinationState::kCallerCopies;
+      return Status::ok();
+    }
     if (!conversion_supported(t.dtype, dest.dtype)) {
       return invalid("cannot load tensor '" + dest.name + "' (" + t.dtype +
                      ") into a destination of " + dest.dtype + ": " +

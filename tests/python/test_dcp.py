@@ -312,3 +312,46 @@ def test_a_nesting_index_beyond_the_items_is_damage(tmp_path: Path) -> None:
     with fastpersist.CheckpointManager(tmp_path) as manager:
         with pytest.raises(fastpersist.CheckpointCorruptError, match=r"nesting path of w is \(3000000,\)"):
             manager.load("t")
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal dtype, shape and values; NaNs in the same places (their payloads may differ)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point():
+        nan = a.isnan()
+        return torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan])
+    return torch.equal(a, b)
+
+
+def test_loads_into_other_dtypes_and_strides_match_dcps_own_reader(tmp_path: Path) -> None:
+    """Each block one read item covers whole is offered to C++ with its destination, and C++
+    picks the route: straight in, converted (float32 into bfloat16, float16 into float64,
+    int64 into float32) or through strides (a transposed view); where it cannot convert (floats
+    into integers) it leaves the block in new memory for torch's copy. Whatever the route, the
+    values are exactly those DCP's own FileSystemReader gives."""
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    specials = torch.tensor([float("inf"), float("-inf"), float("nan"), 3.0e38, -1.0e-40,
+                             1.00390625, 1.01171875, 65504.0, 65520.0, -0.0])
+    state = {"f32": torch.cat([torch.randn(2090), specials]).reshape(70, 30),
+             "f16": torch.randn(40).half(), "i64": torch.arange(-(1 << 40), 1 << 40, 1 << 34),
+             "bf16": (torch.randn(17) * 100).bfloat16(), "t": torch.randn(64, 33)}
+    dcp.save(state, storage_writer=FastPersistWriter(tmp_path / "fp"))
+    dcp.save(state, storage_writer=FileSystemWriter(str(tmp_path / "ref")))
+
+    def destinations() -> Dict[str, torch.Tensor]:
+        return {"f32": torch.zeros(70, 30, dtype=torch.bfloat16),
+                "f16": torch.zeros(40, dtype=torch.float64),
+                "i64": torch.zeros(128, dtype=torch.float32),
+                "bf16": torch.zeros(17, dtype=torch.int32),
+                "t": torch.zeros(33, 64).t()}
+
+    ours, theirs = destinations(), destinations()
+    kept = ours["t"]
+    dcp.load(ours, storage_reader=FastPersistReader(tmp_path / "fp"))
+    dcp.load(theirs, storage_reader=FileSystemReader(str(tmp_path / "ref")))
+    for name in ours:
+        assert _same_values(ours[name], theirs[name]), name
+    assert ours["t"].data_ptr() == kept.data_ptr() and ours["t"].stride() == (1, 64)
+    assert torch.equal(ours["t"], state["t"])

@@ -194,6 +194,39 @@ TEST_F(LoadRequestTest, DtypeConversionMatchesConvertElementsAndConflictsAreReje
   EXPECT_EQ(reader_->load(unsupported).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A destination of a dtype its tensor cannot be converted to (F32 into I32) fails the load,
+// unless unconvertible_to_caller: then it is left to the caller, with the tensor in new memory
+// in its stored dtype, and the other destinations are filled as usual.
+TEST_F(LoadRequestTest, UnconvertibleDestinationsCanBeLeftToTheCaller) {
+  TestState state = mixed_state(4);
+  save(state);
+  const OwnedTensor* embed = state.find("model.embed.weight");  // F32 [300, 100]
+  const OwnedTensor* bias = state.find("model.layer1.bias");    // F32 [129]
+  std::vector<std::byte> as_int(embed->bytes.size(), std::byte{0x7f});
+  std::vector<std::byte> as_double(bias->bytes.size() * 2);
+  LoadRequest req;
+  req.names = std::vector<std::string>{"model.embed.weight", "model.layer1.bias"};
+  req.destinations = {destination("model.embed.weight", as_int, "I32", {300, 100}),
+                      destination("model.layer1.bias", as_double, "F64", {129})};
+  EXPECT_EQ(reader_->load(req).status().code(), StatusCode::kInvalidArgument);
+
+  req.unconvertible_to_caller = true;
+  FP_ASSERT_OK_AND_ASSIGN(LoadResult r, reader_->load(req));
+  EXPECT_EQ(r.destinations, (std::vector<DestinationState>{DestinationState::kCallerCopies,
+                                                           DestinationState::kFilled}));
+  EXPECT_TRUE(std::all_of(as_int.begin(), as_int.end(), [](std::byte b) {
+    return b == std::byte{0x7f};
+  })) << "a destination left to the caller is not written";
+  const LoadedTensor& left =
+      r.tensors[static_cast<size_t>(r.loaded_index[*reader_->manifest().find_tensor(embed->name)])];
+  EXPECT_EQ(left.dtype, "F32");
+  EXPECT_EQ(left.destination, -1);
+  EXPECT_EQ("", first_difference(embed->bytes, bytes_of(r, embed->name)));
+  std::vector<std::byte> expected(as_double.size());
+  FP_ASSERT_OK(convert_elements("F32", bias->bytes.data(), "F64", expected.data(), 129));
+  EXPECT_EQ("", first_difference(expected, as_double));
+}
+
 TEST_F(LoadRequestTest, StridedDestinationGetsEveryElementAndNothingElse) {
   TestState state;
   state.add("m", "F32", {3, 5}, 11);
