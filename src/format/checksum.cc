@@ -77,7 +77,7 @@ std::optional<uint64_t> checksum_from_hex(std::string_view text) {
     if (c >= '0' && c <= '9') {
       digit = static_cast<uint64_t>(c - '0');
     } else if (c >= 'a' && c <= 'f') {
-      digit = static_cast<uint64_t>(c - 'a' + 10);
+      digit = static_cast<uint64_t>(c - 'a') + 10;
     } else {
       return std::nullopt;
     }
