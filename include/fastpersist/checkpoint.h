@@ -42,6 +42,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fastpersist/checkpoint_commit.h"
@@ -114,6 +115,38 @@ struct CheckpointOptions : DataFileOptions {
 };
 
 // The state of one save. Shared between the manager's thread and the caller.
+// A CheckpointOptions setting by the name its users give it (a keyword of the Python
+// CheckpointManager and of the DCP storage writer), the option field it sets (as bound to
+// Python) and the kind of value it takes. The one list of those names: the Python option builder
+// (_core.CHECKPOINT_SETTINGS) goes by it, and a test holds it to the bound fields. The engine's
+// settings are kEngineSettings (options.h); keep_last, keep_every, tiers and pin_until_drained
+// are arguments of their own.
+struct CheckpointSetting {
+  std::string_view name;
+  std::string_view field;
+  SettingKind kind;
+};
+
+inline constexpr CheckpointSetting kCheckpointSettings[] = {
+    {"staging_budget", "staging_budget_bytes", SettingKind::kBytes},
+    {"staging_window", "staging_window_bytes", SettingKind::kBytes},
+    {"target_file_size", "target_file_bytes", SettingKind::kBytes},
+    {"min_file_size", "min_file_bytes", SettingKind::kBytes},
+    {"max_parallel_files", "max_parallel_files", SettingKind::kCount},
+    {"max_in_flight", "max_in_flight", SettingKind::kCount},
+    {"compression_threads", "compression_threads", SettingKind::kCount},
+    {"full_every", "full_every", SettingKind::kCount},
+    {"save_every_steps", "save_every_steps", SettingKind::kCount},
+    {"lock_staging_memory", "lock_staging_memory", SettingKind::kFlag},
+    {"durable", "durable", SettingKind::kFlag},
+    {"checksums", "checksums", SettingKind::kFlag},
+    {"incremental", "incremental", SettingKind::kFlag},
+    {"xor_deltas", "xor_deltas", SettingKind::kFlag},
+    {"compression", "compression", SettingKind::kCodec},
+    {"compression_level", "compression_level", SettingKind::kLevel},
+    {"save_every_seconds", "save_every_seconds", SettingKind::kSeconds},
+};
+
 class PendingSave {
  public:
   struct State;

@@ -47,9 +47,31 @@ struct EngineOptions {
   Status validate() const;
 };
 
-// How a setting's value is written: a backend name, a byte count ("8MiB" in text), a count, or a
-// flag.
-enum class SettingKind { kBackend, kBytes, kCount, kFlag };
+// How a setting's value is written: a backend name, a byte count ("8MiB" in text), a count, a
+// flag; for CheckpointOptions (kCheckpointSettings, checkpoint.h) also a codec name, a signed
+// codec level and a number of seconds.
+enum class SettingKind { kBackend, kBytes, kCount, kFlag, kCodec, kLevel, kSeconds };
+
+// A SettingKind by the name the Python package and the docs use ("bytes", "count", ...).
+constexpr std::string_view setting_kind_name(SettingKind kind) {
+  switch (kind) {
+    case SettingKind::kBackend:
+      return "backend";
+    case SettingKind::kBytes:
+      return "bytes";
+    case SettingKind::kCount:
+      return "count";
+    case SettingKind::kFlag:
+      return "flag";
+    case SettingKind::kCodec:
+      return "codec";
+    case SettingKind::kLevel:
+      return "level";
+    case SettingKind::kSeconds:
+      return "seconds";
+  }
+  return "?";
+}
 
 struct EngineSetting {
   std::string_view name;

@@ -288,6 +288,14 @@ void bind_checkpoint_options(nb::module_& m) {
           "validate", [](const CheckpointOptions& o) { check(o.validate()); },
           "ValueError naming the first setting out of range (the tiers are checked at open).");
 
+  // kCheckpointSettings as ((name, field, kind), ...): what the Python option builder goes by.
+  nb::list settings;
+  for (const CheckpointSetting& setting : kCheckpointSettings) {
+    settings.append(nb::make_tuple(std::string(setting.name), std::string(setting.field),
+                                   std::string(setting_kind_name(setting.kind))));
+  }
+  m.attr("CHECKPOINT_SETTINGS") = nb::tuple(settings);
+
   nb::class_<TierOptions>(m, "TierOptions")
       .def(nb::init<>())
       .def_rw("path", &TierOptions::path)

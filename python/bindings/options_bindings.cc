@@ -73,11 +73,8 @@ void bind_config(nb::module_& m) {
   // kEngineSettings as ((name, kind), ...): what the Python option builder goes by.
   nb::list settings;
   for (const EngineSetting& setting : kEngineSettings) {
-    const char* kind = setting.kind == SettingKind::kBackend ? "backend"
-                       : setting.kind == SettingKind::kBytes ? "bytes"
-                       : setting.kind == SettingKind::kCount ? "count"
-                                                             : "flag";
-    settings.append(nb::make_tuple(std::string(setting.name), kind));
+    settings.append(
+        nb::make_tuple(std::string(setting.name), std::string(setting_kind_name(setting.kind))));
   }
   m.attr("ENGINE_SETTINGS") = nb::tuple(settings);
 }

@@ -195,3 +195,26 @@ def test_fast_file_writer_arguments_reach_cpp(tmp_path):
                     2 << 20, True, False, False, 2, 1, 1 << 20, 1.5)
     finally:
         w.abort()
+
+
+def test_checkpoint_settings_table_names_every_bound_option_field():
+    """_core.CHECKPOINT_SETTINGS (C++'s kCheckpointSettings) is the one list the option builder
+    goes by: each field it names is a CheckpointOptions attribute, and every attribute is in it
+    except those given as arguments of their own."""
+    from fastpersist._checkpoint_options import SETTINGS, checkpoint_options
+
+    fields = {field for _, field, _ in _core.CHECKPOINT_SETTINGS}
+    bound = {name for name in dir(_core.CheckpointOptions())
+             if not name.startswith("_") and not callable(getattr(_core.CheckpointOptions(), name))}
+    assert fields == bound - {"engine", "keep_last", "keep_every", "tiers", "pin_until_drained"}
+    kinds = {kind for _, _, kind in _core.CHECKPOINT_SETTINGS}
+    assert kinds == {"bytes", "count", "flag", "codec", "level", "seconds"}
+    assert set(SETTINGS) >= {name for name, _, _ in _core.CHECKPOINT_SETTINGS}
+    # Each named setting reaches its field.
+    given = {"staging_budget": "8MiB", "max_in_flight": 3, "durable": False,
+             "compression": "zstd", "compression_level": 5, "save_every_seconds": 30}
+    o = checkpoint_options(given)
+    assert (o.staging_budget_bytes, o.max_in_flight, o.durable) == (8 << 20, 3, False)
+    assert (o.compression, o.compression_level, o.save_every_seconds) == ("zstd", 5, 30.0)
+    with pytest.raises(TypeError, match="save_every_seconds must be a number"):
+        checkpoint_options({"save_every_seconds": "30"})
