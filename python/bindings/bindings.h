@@ -25,6 +25,14 @@ namespace fastpersist::python {
 
 namespace nb = nanobind;
 
+// One entry of a C++ settings table (kEngineSettings, kCheckpointSettings) as Python reads it:
+// _core.Setting, by attribute (bind_options registers it; the tables are tuples of them).
+struct SettingRecord {
+  std::string name;   // the keyword
+  std::string field;  // the option struct's field it sets (as bound)
+  std::string kind;   // setting_kind_name: "bytes", "count", "flag", ...
+};
+
 void bind_errors(nb::module_& m);
 void bind_options(nb::module_& m);
 void bind_buffers(nb::module_& m);

@@ -288,11 +288,11 @@ void bind_checkpoint_options(nb::module_& m) {
           "validate", [](const CheckpointOptions& o) { check(o.validate()); },
           "ValueError naming the first setting out of range (the tiers are checked at open).");
 
-  // kCheckpointSettings as ((name, field, kind), ...): what the Python option builder goes by.
+  // kCheckpointSettings as Setting records: what the Python option builder goes by.
   nb::list settings;
   for (const CheckpointSetting& setting : kCheckpointSettings) {
-    settings.append(nb::make_tuple(std::string(setting.name), std::string(setting.field),
-                                   std::string(setting_kind_name(setting.kind))));
+    settings.append(nb::cast(SettingRecord{std::string(setting.name), std::string(setting.field),
+                                           std::string(setting_kind_name(setting.kind))}));
   }
   m.attr("CHECKPOINT_SETTINGS") = nb::tuple(settings);
 
@@ -468,6 +468,16 @@ void bind_checkpoint_functions(nb::module_& m) {
 }
 
 void bind_safetensors(nb::module_& m) {
+  // plan_safetensors_file's answer, read by attribute.
+  struct SafetensorsFilePlan {
+    nb::bytes header;
+    std::vector<size_t> order;
+  };
+  nb::class_<SafetensorsFilePlan>(m, "SafetensorsFilePlan",
+                                  "A safetensors file's layout: its header's bytes, then the "
+                                  "tensors' data in `order` (indices into the entries given).")
+      .def_ro("header", &SafetensorsFilePlan::header)
+      .def_ro("order", &SafetensorsFilePlan::order);
   m.def(
       "plan_safetensors_file",
       [](const std::vector<std::tuple<std::string, std::string, std::vector<uint64_t>>>& entries,
@@ -479,12 +489,12 @@ void bind_safetensors(nb::module_& m) {
         for (size_t k : order) laid_out.push_back(given[k]);
         std::string header = unwrap(
             encode_safetensors_header(laid_out, metadata, kSafetensorsDefaultAlignment, nullptr));
-        return std::make_pair(nb::bytes(header.data(), header.size()), order);
+        return SafetensorsFilePlan{nb::bytes(header.data(), header.size()), std::move(order)};
       },
       "entries"_a, "metadata"_a,
-      "A safetensors file's layout: (header, order). `entries` are (name, dtype, shape); the data "
-      "follows the header in `order` (indices into entries: widest element first), from a "
-      "4096-aligned data section.");
+      "A safetensors file's layout (SafetensorsFilePlan). `entries` are (name, dtype, shape); the "
+      "data follows the header in `order` (widest element first), from a 4096-aligned data "
+      "section.");
   nb::class_<SafetensorsTensor>(m, "SafetensorsTensor", "One tensor of a safetensors header.")
       .def_prop_ro("name", [](const SafetensorsTensor& t) { return utf8_str(t.name); })
       .def_ro("dtype", &SafetensorsTensor::dtype)

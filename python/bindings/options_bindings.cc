@@ -70,11 +70,20 @@ void bind_config(nb::module_& m) {
   m.def(
       "parse_hf_size", [](const std::string& text) { return unwrap(parse_hf_size(text)); },
       "text"_a, "Parses a size as Hugging Face means it: '5GB' is 5*10^9 bytes, '5GiB' 5*2^30.");
-  // kEngineSettings as ((name, kind), ...): what the Python option builder goes by.
+  nb::class_<SettingRecord>(m, "Setting",
+                            "One setting of a C++ settings table: its keyword, the option field "
+                            "it sets and the kind of value it takes.")
+      .def_ro("name", &SettingRecord::name)
+      .def_ro("field", &SettingRecord::field)
+      .def_ro("kind", &SettingRecord::kind)
+      .def("__repr__", [](const SettingRecord& r) {
+        return "Setting(" + r.name + ", field=" + r.field + ", kind=" + r.kind + ")";
+      });
+  // kEngineSettings as Setting records (field = name): what the Python option builder goes by.
   nb::list settings;
   for (const EngineSetting& setting : kEngineSettings) {
-    settings.append(
-        nb::make_tuple(std::string(setting.name), std::string(setting_kind_name(setting.kind))));
+    settings.append(nb::cast(SettingRecord{std::string(setting.name), std::string(setting.name),
+                                           std::string(setting_kind_name(setting.kind))}));
   }
   m.attr("ENGINE_SETTINGS") = nb::tuple(settings);
 }

@@ -19,7 +19,7 @@ Size = Union[int, str]
 
 # The checkpoint settings by name, in C++'s order (checkpoint.h, kCheckpointSettings): the
 # option field each sets and the kind of value it takes.
-_FIELDS = {name: (field, kind) for name, field, kind in _core.CHECKPOINT_SETTINGS}
+_FIELDS = {s.name: (s.field, s.kind) for s in _core.CHECKPOINT_SETTINGS}
 # The engine settings a CheckpointManager and the DCP reader and writer take (DeepNVMe's knobs;
 # the others keep the defaults and FASTPERSIST_* values): names from C++'s list.
 ENGINE = tuple(n for n in ENGINE_SETTINGS

@@ -43,8 +43,8 @@ def check_flag(name: str, value: Any) -> bool:
 
 # The engine settings by name, in C++'s order (options.h, kEngineSettings), with the kind of
 # value each takes; the largest value each kind can carry into C++.
-ENGINE_SETTINGS = tuple(name for name, _ in _core.ENGINE_SETTINGS)
-_KIND = dict(_core.ENGINE_SETTINGS)
+ENGINE_SETTINGS = tuple(s.name for s in _core.ENGINE_SETTINGS)
+_KIND = {s.name: s.kind for s in _core.ENGINE_SETTINGS}
 _MAXIMUM = {"bytes": (1 << 64) - 1, "count": UINT_MAX}
 
 

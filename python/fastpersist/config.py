@@ -19,7 +19,7 @@ from typing import Any, Dict, Union
 from . import _core
 
 PathLike = Union[str, "os.PathLike[str]"]
-_ENGINE_FIELDS = tuple(name for name, _ in _core.ENGINE_SETTINGS)  # C++'s kEngineSettings
+_ENGINE_FIELDS = tuple(s.name for s in _core.ENGINE_SETTINGS)  # C++'s kEngineSettings
 
 
 def _as_dict(config: Any) -> Dict[str, Any]:

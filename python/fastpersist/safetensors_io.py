@@ -49,9 +49,10 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: PathLike,
             raise ValueError(f"tensor {name!r}: dtype {t.dtype} has no safetensors equivalent")
         entries.append((name, t))
     meta = {"format": "pt", **{str(k): str(v) for k, v in (metadata or {}).items()}}
-    header, order = _core.plan_safetensors_file(
+    plan = _core.plan_safetensors_file(
         [(name, DTYPE_TO_SAFETENSORS[t.dtype], list(t.shape)) for name, t in entries], meta)
-    ordered = [entries[k] for k in order]
+    header = plan.header
+    ordered = [entries[k] for k in plan.order]
     file_size = len(header) + sum(t.numel() * t.element_size() for _, t in ordered)
     writer = FastFileWriter(path) if durable is None else FastFileWriter(path, durable=bool(durable))
     with writer as w:

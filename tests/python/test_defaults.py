@@ -203,13 +203,13 @@ def test_checkpoint_settings_table_names_every_bound_option_field():
     except those given as arguments of their own."""
     from fastpersist._checkpoint_options import SETTINGS, checkpoint_options
 
-    fields = {field for _, field, _ in _core.CHECKPOINT_SETTINGS}
+    fields = {s.field for s in _core.CHECKPOINT_SETTINGS}
     bound = {name for name in dir(_core.CheckpointOptions())
              if not name.startswith("_") and not callable(getattr(_core.CheckpointOptions(), name))}
     assert fields == bound - {"engine", "keep_last", "keep_every", "tiers", "pin_until_drained"}
-    kinds = {kind for _, _, kind in _core.CHECKPOINT_SETTINGS}
+    kinds = {s.kind for s in _core.CHECKPOINT_SETTINGS}
     assert kinds == {"bytes", "count", "flag", "codec", "level", "seconds"}
-    assert set(SETTINGS) >= {name for name, _, _ in _core.CHECKPOINT_SETTINGS}
+    assert set(SETTINGS) >= {s.name for s in _core.CHECKPOINT_SETTINGS}
     # Each named setting reaches its field.
     given = {"staging_budget": "8MiB", "max_in_flight": 3, "durable": False,
              "compression": "zstd", "compression_level": 5, "save_every_seconds": 30}
