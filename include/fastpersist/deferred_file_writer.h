@@ -14,9 +14,14 @@
 // record write_sidecar_file() returns for a file it writes from one buffer. The file is byte
 // for byte what the serializer produced.
 //
-// Thread-safety: borrow() and write() on one thread; persist() (or abort()) afterwards, on any
-// one thread, once: the caller orders them (e.g. by starting the persisting thread after the
-// last write()).
+// An asynchronous save that must not hold the lent memory until the file is written calls
+// snapshot() first: it copies the borrowed pieces into one pinned buffer from a pool (reused by
+// later saves), after which the lent memory may change; persist() then writes the copies. A
+// trainer's next optimizer step waits only for the snapshot, not for the storage.
+//
+// Thread-safety: borrow() and write() on one thread; snapshot() and persist() (or abort())
+// afterwards, on any one thread, in that order: the caller orders them (e.g. by starting the
+// persisting thread after the last write()).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +34,7 @@
 #include "fastpersist/fast_file_writer.h"
 #include "fastpersist/io_engine.h"
 #include "fastpersist/manifest.h"
+#include "fastpersist/pinned_buffer.h"
 #include "fastpersist/status.h"
 
 namespace fastpersist {
@@ -40,6 +46,10 @@ struct DeferredFileWriterOptions {
   // Pieces shorter than this are copied even inside borrowed memory (a borrowed piece costs a
   // record; copying a small one is cheaper than remembering it).
   size_t borrow_min_bytes = size_t{64} << 10;
+  // persist() may replace a file that exists at the path, atomically (the new file is renamed
+  // over it): a file saved again under its name, like a trainer's last.ckpt. false: create()
+  // and persist() refuse an existing file (kAlreadyExists).
+  bool replace_existing = false;
 };
 
 struct DeferredFileWriterStats {
@@ -47,6 +57,7 @@ struct DeferredFileWriterStats {
   uint64_t borrowed_bytes = 0;  // recorded by address
   uint64_t copied_bytes = 0;    // copied by write()
   uint64_t pieces = 0;          // what persist() will write, in order
+  uint64_t snapshot_bytes = 0;  // borrowed bytes snapshot() copied
 };
 
 // The stream taken apart (take_pieces): the pieces recorded by address, where each lies in the
@@ -78,12 +89,17 @@ class DeferredFileWriter {
   void borrow(const void* data, size_t bytes);
   // Records the next `bytes` bytes of the stream. kInvalidArgument after persist() or abort().
   Status write(const void* data, size_t bytes);
+  // Copies every borrowed piece into one buffer from `pool` (each at a 4096-aligned offset, so
+  // that persist() still writes it without another copy); the lent memory is not used after
+  // this returns. Once, between the last write() and persist(); kInvalidArgument when called
+  // again or after persist(), take_pieces() or abort() (a failure leaves the stream as it was).
+  Status snapshot(PinnedBufferPool& pool);
   // Writes the stream into the new file, durable as the options say, and returns its record.
   // On failure no file is left. Once: kInvalidArgument when called again or after abort().
   Result<ManifestFile> persist();
   // Instead of persist(): the stream taken apart, for a writer of its own (split_file.h). The
   // writer is finished; the borrowed memory must stay alive while the result is used. Once:
-  // kInvalidArgument when called again or after persist() or abort().
+  // kInvalidArgument when called again, after persist() or abort(), or after snapshot().
   Result<DeferredStream> take_pieces();
   // Forgets the stream (and its copies); no file is written. Idempotent.
   void abort();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "fastpersist/pinned_buffer.h"
 
 namespace fastpersist::python {
 namespace {
@@ -54,6 +55,13 @@ void bind_buffers(nb::module_& m) {
           return std::string(hex);
         }() + (b.buffer && b.buffer->locked() ? ", locked>" : ", not locked>");
       });
+
+  nb::class_<PinnedBufferPool>(m, "PinnedBufferPool",
+                               "Pinned buffers kept for reuse (pinning memory is slow): what "
+                               "DeferredFileWriter.snapshot copies into. Released buffers are kept "
+                               "up to max_cached_bytes; the rest are freed.")
+      .def(nb::init<size_t>(), "max_cached_bytes"_a)
+      .def_prop_ro("cached_bytes", &PinnedBufferPool::cached_bytes);
 }
 
 }  // namespace fastpersist::python

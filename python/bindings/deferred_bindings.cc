@@ -30,14 +30,16 @@ void bind_deferred(nb::module_& m) {
       "memory, copying the rest) and persist() writes later, durably, with the "
       "XXH3-64 of the whole file.")
       .def(nb::init<const std::string&, const std::string&, const EngineOptions&,
-                    const FastFileWriterOptions&, bool, std::optional<uint32_t>>(),
+                    const FastFileWriterOptions&, bool, std::optional<uint32_t>, bool>(),
            "directory"_a, "name"_a, "engine_options"_a, "writer_options"_a, "checksums"_a,
-           "rank"_a.none())
+           "rank"_a.none(), "replace_existing"_a = false)
       .def("borrow", &PyDeferredFileWriter::borrow, "memory"_a,
            "Lends host memory (a buffer or a DLPack tensor) that stays alive and unchanged until "
-           "persist() "
-           "returns: pieces inside it are not copied.")
+           "snapshot() or persist() returns: pieces inside it are not copied.")
       .def("write", &PyDeferredFileWriter::write, "data"_a, "Records the next bytes of the stream.")
+      .def("snapshot", &PyDeferredFileWriter::snapshot, "pool"_a,
+           "Copies the borrowed memory into a pinned buffer from the pool (GIL released); the "
+           "lent memory may change afterwards. Once, before persist().")
       .def("persist", &PyDeferredFileWriter::persist,
            "Writes the stream as the new file and returns its ManifestFile record (releases the "
            "GIL).")

@@ -23,11 +23,12 @@ class PyDeferredFileWriter {
   PyDeferredFileWriter(const std::string& directory, const std::string& name,
                        const EngineOptions& engine_options,
                        const FastFileWriterOptions& writer_options, bool checksums,
-                       std::optional<uint32_t> rank) {
+                       std::optional<uint32_t> rank, bool replace_existing) {
     DeferredFileWriterOptions o;
     o.writer = writer_options;
     o.checksums = checksums;
     o.rank = rank;
+    o.replace_existing = replace_existing;
     writer_ = unwrap(without_gil([&]() -> Result<std::unique_ptr<DeferredFileWriter>> {
       FP_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine, IoEngine::create(engine_options));
       return DeferredFileWriter::create(directory, name, o,
@@ -47,6 +48,12 @@ class PyDeferredFileWriter {
     CheckedBuffer b = checked_buffer(data, MemoryUse::kRead, MemoryPlace::kHost, "data");
     check(writer_->write(b.data, b.nbytes));
     return b.nbytes;
+  }
+
+  // Copies the borrowed pieces into a buffer from `pool`; then the lent memory is released.
+  void snapshot(PinnedBufferPool& pool) {
+    check(without_gil([&] { return writer_->snapshot(pool); }));
+    lent_.clear();
   }
 
   ManifestFile persist() {
@@ -70,6 +77,7 @@ class PyDeferredFileWriter {
     d["borrowed_bytes"] = s.borrowed_bytes;
     d["copied_bytes"] = s.copied_bytes;
     d["pieces"] = s.pieces;
+    d["snapshot_bytes"] = s.snapshot_bytes;
     return d;
   }
 

@@ -42,6 +42,8 @@ def __getattr__(name: str) -> object:
         "CheckpointLocation": ("tiers", "CheckpointLocation"),
         "S3Store": ("object_store", "S3Store"),
         "BackgroundState": ("warm_restore", "BackgroundState"),
+        "AsyncFileSaver": ("async_files", "AsyncFileSaver"),
+        "FileSaveHandle": ("async_files", "FileSaveHandle"),
         "load_checkpoint": ("checkpoint", "load_checkpoint"),
         "save_safetensors": ("safetensors_io", "save_safetensors"),
         "load_safetensors": ("safetensors_io", "load_safetensors"),
@@ -64,6 +66,8 @@ __version__: str = _core.__version__
 
 __all__ = [
     "AioHandle",
+    "AsyncFileSaver",
+    "FileSaveHandle",
     "CheckpointCorruptError",
     "DistributedCheckpointError",
     "CheckpointInfo",

@@ -17,7 +17,7 @@ import math
 import os
 import time
 from types import TracebackType
-from typing import Any, Callable, Dict, Optional, Type, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
 
 from . import _core
 from ._engine_options import UINT_MAX, check_flag, check_uint, engine_options
@@ -104,29 +104,13 @@ class FastFileWriter(WriteOnlyFile):
         progress: Optional[Callable[[int], None]] = None,
     ) -> None:
         self._path = os.fsdecode(os.fspath(path))
-        # Starts from C++'s defaults (FastFileWriterOptions); only what the caller set changes.
-        opts = _core.FastFileWriterOptions()
-        if io_buffer_mb is not None:
-            opts.io_buffer_bytes = int(io_buffer_mb * _MiB)
-        elif (configured := configured_writer_buffer()) is not None:  # a tuned configuration
-            opts.io_buffer_bytes = configured
-        if single_io_buffer is not None:
-            opts.single_io_buffer = check_flag("single_io_buffer", single_io_buffer)
-        if zero_copy is not None:
-            opts.zero_copy = check_flag("zero_copy", zero_copy)
-        if durable is not None:
-            opts.durable = check_flag("durable", durable)
-        if num_parallel_writers is not None:
-            opts.num_writers = check_uint("num_parallel_writers", num_parallel_writers, UINT_MAX)
-        if writer_rank is not None:
-            opts.writer_rank = check_uint("writer_rank", writer_rank, UINT_MAX)
-        if stripe_mb is not None:
-            opts.stripe_bytes = int(stripe_mb * _MiB)
-        if commit_timeout is not None:
-            opts.commit_timeout_seconds = _commit_timeout_seconds(commit_timeout)
-        eng = engine_options(backend=backend, block_size=block_size, queue_depth=queue_depth,
-                             intra_op_parallelism=intra_op_parallelism,
-                             single_submit=single_submit, overlap_events=overlap_events)
+        eng, opts = writer_options(
+            io_buffer_mb=io_buffer_mb, single_io_buffer=single_io_buffer, zero_copy=zero_copy,
+            durable=durable, num_parallel_writers=num_parallel_writers, writer_rank=writer_rank,
+            stripe_mb=stripe_mb, commit_timeout=commit_timeout, backend=backend,
+            block_size=block_size, queue_depth=queue_depth,
+            intra_op_parallelism=intra_op_parallelism, single_submit=single_submit,
+            overlap_events=overlap_events)
         self._show_statistics = show_statistics
         self._progress = progress
         self._io_error: Optional[OSError] = None
@@ -209,6 +193,59 @@ class FastFileWriter(WriteOnlyFile):
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<fastpersist.FastFileWriter {self._path!r} {state}, {self.bytes_written} bytes>"
+
+
+def writer_options(
+    *,
+    io_buffer_mb: Optional[float] = None,
+    single_io_buffer: Optional[bool] = None,
+    zero_copy: Optional[bool] = None,
+    durable: Optional[bool] = None,
+    num_parallel_writers: Optional[int] = None,
+    writer_rank: Optional[int] = None,
+    stripe_mb: Optional[float] = None,
+    commit_timeout: Optional[float] = None,
+    backend: Optional[str] = None,
+    block_size: Optional[int] = None,
+    queue_depth: Optional[int] = None,
+    intra_op_parallelism: Optional[int] = None,
+    single_submit: Optional[bool] = None,
+    overlap_events: Optional[bool] = None,
+) -> Tuple[Any, Any]:
+    """The ``(_core.EngineOptions, _core.FastFileWriterOptions)`` a :class:`FastFileWriter` with
+    these arguments uses: C++'s defaults (and a tuned configuration's buffer size), with only
+    what the caller set changed. TypeError / ValueError name a bad option."""
+    opts = _core.FastFileWriterOptions()
+    if io_buffer_mb is not None:
+        opts.io_buffer_bytes = _buffer_bytes(io_buffer_mb)
+    elif (configured := configured_writer_buffer()) is not None:  # a tuned configuration
+        opts.io_buffer_bytes = configured
+    if single_io_buffer is not None:
+        opts.single_io_buffer = check_flag("single_io_buffer", single_io_buffer)
+    if zero_copy is not None:
+        opts.zero_copy = check_flag("zero_copy", zero_copy)
+    if durable is not None:
+        opts.durable = check_flag("durable", durable)
+    if num_parallel_writers is not None:
+        opts.num_writers = check_uint("num_parallel_writers", num_parallel_writers, UINT_MAX)
+    if writer_rank is not None:
+        opts.writer_rank = check_uint("writer_rank", writer_rank, UINT_MAX)
+    if stripe_mb is not None:
+        opts.stripe_bytes = int(stripe_mb * _MiB)
+    if commit_timeout is not None:
+        opts.commit_timeout_seconds = _commit_timeout_seconds(commit_timeout)
+    eng = engine_options(backend=backend, block_size=block_size, queue_depth=queue_depth,
+                         intra_op_parallelism=intra_op_parallelism,
+                         single_submit=single_submit, overlap_events=overlap_events)
+    return eng, opts
+
+
+def _buffer_bytes(io_buffer_mb: Any) -> int:
+    if isinstance(io_buffer_mb, bool) or not isinstance(io_buffer_mb, (int, float)) or \
+            not io_buffer_mb > 0:
+        raise ValueError(f"fastpersist: io_buffer_mb must be a number of MiB > 0, got "
+                         f"{io_buffer_mb!r}")
+    return int(io_buffer_mb * _MiB)
 
 
 def _commit_timeout_seconds(value: float) -> float:

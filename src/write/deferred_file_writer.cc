@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint_dir/checkpoint_fs.h"
+#include "common/align.h"
 #include "common/unique_fd.h"
 #include "fastpersist/checksum.h"
 
@@ -28,6 +29,12 @@ constexpr size_t kSliceBytes = size_t{8} << 20;
 constexpr uint64_t kParallelHashMinBytes = uint64_t{4} << 20;
 // write() copies into blocks of this size (a block holds several small pieces end to end).
 constexpr size_t kCopyBlockBytes = size_t{1} << 20;
+// snapshot() places each borrowed piece at a multiple of this in its buffer (O_DIRECT's unit).
+constexpr uint64_t kSnapshotAlignment = 4096;
+
+Status finished_error(const std::string& path) {
+  return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished").with_path(path);
+}
 
 bool plain_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
@@ -59,9 +66,10 @@ class DeferredFileWriter::Impl {
   }
 
   Status write(const void* data, size_t bytes) {
-    if (finished_)
-      return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished")
-          .with_path(path_);
+    if (finished_) return finished_error(path_);
+    if (snapshotted_) {
+      return Status(StatusCode::kInvalidArgument, "write() after snapshot()").with_path(path_);
+    }
     if (bytes == 0) return Status::ok();
     if (data == nullptr)
       return Status(StatusCode::kInvalidArgument, "write() of a null pointer").with_path(path_);
@@ -77,13 +85,39 @@ class DeferredFileWriter::Impl {
     return Status::ok();
   }
 
-  Result<ManifestFile> persist() {
-    if (finished_)
-      return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished")
+  Status snapshot(PinnedBufferPool& pool) {
+    if (finished_) return finished_error(path_);
+    if (snapshot_ != nullptr || snapshotted_) {
+      return Status(StatusCode::kInvalidArgument, "the stream is snapshotted already")
           .with_path(path_);
+    }
+    uint64_t need = 0;
+    for (const Piece& p : pieces_) {
+      if (p.borrowed) need = align_up(need, kSnapshotAlignment) + p.bytes;
+    }
+    if (need > 0) {
+      FP_ASSIGN_OR_RETURN(snapshot_, pool.acquire(static_cast<size_t>(need)));
+      std::byte* at = snapshot_->data();
+      for (Piece& p : pieces_) {
+        if (!p.borrowed) continue;
+        at = snapshot_->data() +
+             align_up(static_cast<uint64_t>(at - snapshot_->data()), kSnapshotAlignment);
+        std::memcpy(at, p.data, p.bytes);
+        p.data = at;
+        at += p.bytes;
+      }
+    }
+    snapshotted_ = true;
+    stats_.snapshot_bytes = stats_.borrowed_bytes;
+    lent_.clear();  // no piece lies in lent memory any more
+    return Status::ok();
+  }
+
+  Result<ManifestFile> persist() {
+    if (finished_) return finished_error(path_);
     finished_ = true;
     struct stat st;
-    if (::lstat(path_.c_str(), &st) == 0) {
+    if (!options_.replace_existing && ::lstat(path_.c_str(), &st) == 0) {
       return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)")
           .with_path(path_);
     }
@@ -120,9 +154,12 @@ class DeferredFileWriter::Impl {
   }
 
   Result<DeferredStream> take_pieces() {
-    if (finished_)
-      return Status(StatusCode::kInvalidArgument, "the DeferredFileWriter is finished")
+    if (finished_) return finished_error(path_);
+    if (snapshotted_) {
+      return Status(StatusCode::kInvalidArgument,
+                    "a snapshotted stream is persisted, not taken apart")
           .with_path(path_);
+    }
     finished_ = true;
     DeferredStream out;
     out.name = name_;
@@ -206,6 +243,7 @@ class DeferredFileWriter::Impl {
     pieces_.shrink_to_fit();
     blocks_.clear();
     lent_.clear();
+    snapshot_.reset();  // back to its pool
   }
 
   std::string path_;
@@ -217,6 +255,10 @@ class DeferredFileWriter::Impl {
   // Copies; a block's storage never moves (blocks are whole vectors, never resized).
   std::vector<std::vector<std::byte>> blocks_;
   size_t block_used_ = 0;
+  // snapshot(): the borrowed pieces' copies (the pieces point into it; back to its pool when
+  // released).
+  std::shared_ptr<PinnedBuffer> snapshot_;
+  bool snapshotted_ = false;
   DeferredFileWriterStats stats_;
   bool finished_ = false;
 };
@@ -231,7 +273,7 @@ Result<std::unique_ptr<DeferredFileWriter>> DeferredFileWriter::create(
   }
   std::string path = checkpoint::join_path(directory, name);
   struct stat st;
-  if (::lstat(path.c_str(), &st) == 0) {
+  if (!options.replace_existing && ::lstat(path.c_str(), &st) == 0) {
     return Status(StatusCode::kAlreadyExists, "the file exists already (a file is written once)")
         .with_path(path);
   }
@@ -249,6 +291,7 @@ void DeferredFileWriter::borrow(const void* data, size_t bytes) { impl_->borrow(
 Status DeferredFileWriter::write(const void* data, size_t bytes) {
   return impl_->write(data, bytes);
 }
+Status DeferredFileWriter::snapshot(PinnedBufferPool& pool) { return impl_->snapshot(pool); }
 Result<ManifestFile> DeferredFileWriter::persist() { return impl_->persist(); }
 Result<DeferredStream> DeferredFileWriter::take_pieces() { return impl_->take_pieces(); }
 void DeferredFileWriter::abort() { impl_->abort(); }

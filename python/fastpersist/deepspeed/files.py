@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """One DeepSpeed checkpoint file: pickled by ``torch.save`` into a ``_core.DeferredFileWriter``
-(the tensors' storages are lent to it, not copied), persisted by C++ (durable, with the XXH3-64
+(_captured_file.py: the tensors' storages are lent to it, not copied), persisted by C++ (durable, with the XXH3-64
 of the whole file), and loaded by ``torch.load`` while C++ checks it against its manifest record.
 
 Loads read through the page cache, as DeepSpeed's own engine does: the loaded tensors need memory
@@ -14,7 +14,7 @@ import importlib
 import os
 import pickle
 import threading
-from typing import Any, Iterator, List, Optional, Tuple, cast
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -22,86 +22,16 @@ from .. import _core
 from ..errors import CheckpointCorruptError
 from .._seekable import SeekableReader
 from ..import_deepspeed import STAND_INS
-from ..serialization import _fast_save_settings
-from ..writer import WriteOnlyFile
+from .._captured_file import CapturedFile, capture_into
 from .settings import EngineSettings
-
-
-class CapturedFile(WriteOnlyFile):
-    """The file object torch.save writes into: write() records, persist() writes the file."""
-
-    def __init__(self, directory: str, name: str, settings: EngineSettings,
-                 rank: Optional[int]) -> None:
-        self._w = _core.DeferredFileWriter(directory, name, settings.engine, settings.writer,
-                                           settings.checksums, rank)
-        self.name = name
-
-    def lend(self, state: Any) -> None:
-        """Lends the host storages of every tensor in `state` (the caller keeps `state` alive
-        and unchanged until persist() returns)."""
-        seen = set()
-        for t in _tensors(state):
-            if t.device.type != "cpu":
-                continue
-            storage = t.untyped_storage()
-            if storage.nbytes() == 0 or storage.data_ptr() in seen:
-                continue
-            seen.add(storage.data_ptr())
-            self._w.borrow(torch.empty(0, dtype=torch.uint8).set_(storage))
-
-    def write(self, data: Any) -> int:
-        return int(self._w.write(data))
-
-    def persist(self) -> Any:
-        """Writes the file (GIL released) and returns its ``_core.ManifestFile`` record."""
-        return self._w.persist()
-
-    @property
-    def writer(self) -> Any:
-        """The ``_core.DeferredFileWriter`` (for ``ShardWriter.write_split``)."""
-        return self._w
-
-    def abort(self) -> None:
-        self._w.abort()
-
-    def stats(self) -> Any:
-        return dict(self._w.stats())
 
 
 def capture(state: Any, directory: str, name: str, settings: EngineSettings,
             rank: Optional[int]) -> CapturedFile:
-    """torch.save(state) into a new CapturedFile (4 KiB-aligned storages, no CRC: the manifest's
-    checksum covers the file)."""
-    f = CapturedFile(directory, name, settings, rank)
-    try:
-        f.lend(state)
-        with _fast_save_settings(align=True, crc32=False):
-            torch.save(state, cast(Any, f))  # a file object without fileno()
-    except BaseException:
-        f.abort()
-        raise
-    return f
-
-
-def _tensors(obj: Any) -> Iterator[torch.Tensor]:
-    """The tensors of a state (dicts, lists, tuples, and objects' __dict__, as torch.save walks
-    them, minus what no real state holds). Storages reached only in other ways are copied."""
-    stack: List[Any] = [obj]
-    seen = set()
-    while stack:
-        o = stack.pop()
-        if isinstance(o, torch.Tensor):
-            yield o
-            continue
-        if id(o) in seen:
-            continue
-        seen.add(id(o))
-        if isinstance(o, dict):
-            stack.extend(o.values())
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            stack.extend(o)
-        elif hasattr(o, "__dict__") and not isinstance(o, type):
-            stack.extend(vars(o).values())
+    """torch.save(state) into a new CapturedFile that lends every tensor's storage."""
+    f = CapturedFile(directory, name, settings.engine, settings.writer,
+                     checksums=settings.checksums, rank=rank)
+    return capture_into(f, state)
 
 
 # ----------------------------------------------------------------------------- loading

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fastpersist/checksum.h"
+#include "fastpersist/pinned_buffer.h"
 #include "testing/fault_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -105,6 +106,78 @@ TEST(DeferredFileWriter, RefusesBadNamesAndExistingFiles) {
   EXPECT_EQ((w->persist().status()).code(), StatusCode::kAlreadyExists);
   FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("late")));
   EXPECT_TRUE(got == old);
+}
+
+TEST(DeferredFileWriter, ASnapshotFreesTheLentMemoryBeforePersist) {
+  TempDir dir;
+  PinnedBufferPool pool(size_t{64} << 20);
+  TestBuffer a(size_t{3} << 20, 64);  // two lent "storages", not page aligned
+  TestBuffer b((size_t{1} << 20) + 123, 64);
+  fill_random(a.span(), 11);
+  fill_random(b.span(), 12);
+  std::vector<std::byte> header = random_bytes(500, 13);
+  std::vector<std::byte> want = concat(
+      {std::span<const std::byte>(header), a.span(), std::span<const std::byte>(header), b.span()});
+  for (int round = 0; round < 2; ++round) {  // the second save reuses the pool's buffer
+    std::string name = "s" + std::to_string(round);
+    FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), name, options(true)));
+    w->borrow(a.data(), a.size());
+    w->borrow(b.data(), b.size());
+    FP_ASSERT_OK(w->write(header.data(), header.size()));
+    FP_ASSERT_OK(w->write(a.data(), a.size()));
+    FP_ASSERT_OK(w->write(header.data(), header.size()));
+    FP_ASSERT_OK(w->write(b.data(), b.size()));
+    FP_ASSERT_OK(w->snapshot(pool));
+    EXPECT_EQ(w->stats().snapshot_bytes, a.size() + b.size());
+    // The trainer changes its tensors as soon as the snapshot is taken.
+    std::vector<std::byte> a_was(a.data(), a.data() + a.size());
+    std::vector<std::byte> b_was(b.data(), b.data() + b.size());
+    std::memset(a.data(), 0x5a, a.size());
+    std::memset(b.data(), 0xa5, b.size());
+    EXPECT_EQ(w->snapshot(pool).code(), StatusCode::kInvalidArgument);  // once
+    EXPECT_EQ(w->write(header.data(), 1).code(), StatusCode::kInvalidArgument);
+    FP_ASSERT_OK_AND_ASSIGN(ManifestFile rec, w->persist());
+    FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file(name)));
+    EXPECT_TRUE(got == want);
+    EXPECT_EQ(rec.checksum, xxh3_64(want.data(), want.size()));
+    std::memcpy(a.data(), a_was.data(), a.size());
+    std::memcpy(b.data(), b_was.data(), b.size());
+    w.reset();
+    EXPECT_GE(pool.cached_bytes(), a.size() + b.size());  // the copies' buffer is back
+  }
+}
+
+TEST(DeferredFileWriter, ASnapshottedStreamIsNotTakenApart) {
+  TempDir dir;
+  PinnedBufferPool pool;
+  std::vector<std::byte> bytes = random_bytes(1000, 14);
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "t", options()));
+  FP_ASSERT_OK(w->write(bytes.data(), bytes.size()));
+  FP_ASSERT_OK(w->snapshot(pool));  // nothing borrowed: nothing to copy
+  EXPECT_EQ(w->stats().snapshot_bytes, 0u);
+  EXPECT_EQ(w->take_pieces().status().code(), StatusCode::kInvalidArgument);
+  FP_ASSERT_OK(w->persist().status());
+  EXPECT_EQ(w->snapshot(pool).code(), StatusCode::kInvalidArgument);  // finished
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("t")));
+  EXPECT_TRUE(got == bytes);
+}
+
+TEST(DeferredFileWriter, ReplacesAnExistingFileOnlyWhenAsked) {
+  TempDir dir;
+  std::vector<std::byte> old = random_bytes(10, 15);
+  std::vector<std::byte> fresh = random_bytes(70000, 16);
+  FP_ASSERT_OK(write_whole_file(dir.file("last.ckpt"), old));
+  DeferredFileWriterOptions o = options(true);
+  o.replace_existing = true;
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "last.ckpt", o));
+  FP_ASSERT_OK(w->write(fresh.data(), fresh.size()));
+  // Until persist() renames the new file over it, the old one is whole.
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> before, read_whole_file(dir.file("last.ckpt")));
+  EXPECT_TRUE(before == old);
+  FP_ASSERT_OK(w->persist().status());
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("last.ckpt")));
+  EXPECT_TRUE(got == fresh);
+  EXPECT_EQ(list_dir(dir.path()).size(), 1u);  // no temporary file left
 }
 
 TEST(DeferredFileWriter, AFailedWriteLeavesNoFile) {
