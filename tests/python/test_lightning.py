@@ -234,3 +234,13 @@ def test_sigkill_in_the_middle_of_a_save_leaves_the_previous_ckpt_whole(tmp_path
     fastpersist.clean_stale_temp_files(tmp_path)
     assert sorted(n for n in os.listdir(tmp_path) if n.endswith("ckpt")) == ["last.ckpt"]
     assert not any(".fp-tmp-" in n for n in os.listdir(tmp_path))
+
+
+def test_the_example_trains_and_resumes(tmp_path):
+    example = HERE.parents[1] / "examples" / "python" / "lightning_train.py"
+    out = subprocess.run([sys.executable, str(example), str(tmp_path)], capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resumed at step 32 and trained to step 48" in out.stdout
+    assert sorted(os.listdir(tmp_path)) == ["epoch=4-step=40.ckpt", "epoch=5-step=48.ckpt",
+                                            "last.ckpt"]
