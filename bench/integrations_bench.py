@@ -15,7 +15,8 @@ moments each) trained one step. Each round runs every case in rotated order:
 Each case first saves once untimed (a run saves again and again through one plug-in: buffers,
 pinned memory and threads are set up by the first save). Then, for the timed save:
 ``save_s``, the time ``trainer.save_checkpoint`` blocks the training loop; ``written_s``, the
-time until the file is complete (async cases run --steps training steps meanwhile); ``load_s``, the plug-in's ``load_checkpoint`` with the page cache
+time until the file is complete (async cases run --steps training steps meanwhile);
+``load_s``, the plug-in's ``load_checkpoint`` with the page cache
 dropped first (root; otherwise the file's pages are evicted); and for async cases
 ``steps_slowdown``, the time of --steps training steps started right after the save returned,
 over the same steps with no save in flight (measured in the same round).
@@ -40,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 
 import lightning as L  # noqa: E402
-from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO  # noqa: E402
+from lightning.pytorch.plugins.io import (AsyncCheckpointIO,  # noqa: E402
+                                           TorchCheckpointIO)
 
 from fastpersist.bench.loaders import drop_all_caches, evict  # noqa: E402
 from fastpersist.bench.table import aligned, markdown, medians, rotated  # noqa: E402

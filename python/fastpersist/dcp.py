@@ -128,6 +128,8 @@ class FastPersistWriter(StorageWriter):
             never replaced).
         step: the training step recorded in the manifest (None: none).
         metadata: user metadata (a JSON-serializable dict) recorded in the manifest.
+        keep_last, keep_every: retention in the root after each commit, as for
+            :class:`fastpersist.CheckpointManager` (None: keep every checkpoint).
         **settings: the data-file settings of :class:`fastpersist.CheckpointManager`
             (``staging_budget``, ``staging_window``, ``max_parallel_files``,
             ``target_file_size``, ``min_file_size``, ``durable``, ``checksums``,
@@ -136,14 +138,17 @@ class FastPersistWriter(StorageWriter):
     """
 
     def __init__(self, path: PathLike, *, step: Optional[int] = None,
-                 metadata: Optional[Dict[str, Any]] = None, **settings: Any) -> None:
+                 metadata: Optional[Dict[str, Any]] = None, keep_last: Optional[int] = None,
+                 keep_every: Optional[int] = None, **settings: Any) -> None:
         super().__init__()
         # Incremental checkpoints are the single-process manager's (docs/incremental.md).
         unknown = sorted(set(settings) - set(SETTINGS) - {"max_in_flight", "incremental", "full_every", "xor_deltas"})
         if unknown:
             raise TypeError(f"fastpersist: FastPersistWriter got unknown setting(s): {', '.join(unknown)}")
-        checkpoint_options(settings)  # checked now, built again in the process that writes
+        # Checked now, built again in the process that writes.
+        checkpoint_options(settings, keep_last, keep_every)
         self._settings = dict(settings)
+        self._retention = (keep_last, keep_every)
         self._path, self._root, self._tag = _checkpoint_path(path)
         self._step = step
         self._metadata = dict(metadata) if metadata is not None else {}
@@ -201,7 +206,8 @@ class FastPersistWriter(StorageWriter):
         if self._committer is not None:
             self._commit = self._committer.begin_commit(self._tag)
         else:
-            self._manager = _core.CheckpointManager(self._root, checkpoint_options(self._settings))
+            self._manager = _core.CheckpointManager(
+                self._root, checkpoint_options(self._settings, *self._retention))
             try:
                 self._commit = self._manager.begin_commit(self._tag)
             except BaseException:

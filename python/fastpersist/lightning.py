@@ -11,6 +11,8 @@ optimizer's ``step()`` waits for that copy, not for the storage. Lightning's own
 ``AsyncCheckpointIO`` instead clones every tensor on the training thread first.
 
 Works with ``lightning`` 2.x (``lightning.pytorch.Trainer`` and ``lightning.fabric.Fabric``).
+Sharded strategies do not use ``CheckpointIO``: ``FastPersistModelParallelStrategy``
+(lightning_sharded.py) saves and loads their checkpoints through fastpersist's DCP plug-in.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO  # type: igno
 
 from ._engine_options import check_flag
 from .async_files import AsyncFileSaver, writer_options_checked
+from .lightning_sharded import FastPersistModelParallelStrategy
 from .serialization import load, save
 from .writer import writer_options
 
@@ -83,7 +86,7 @@ class FastPersistCheckpointIO(CheckpointIO):  # type: ignore[misc, unused-ignore
             self._saver.wait(target)
         if not os.path.exists(target):
             raise FileNotFoundError(f"Checkpoint file not found: {target}")
-        return load(target, map_location=map_location, weights_only=_weights_only(weights_only))
+        return load(target, map_location=map_location, weights_only=weights_only)
 
     def remove_checkpoint(self, path: Any) -> None:
         target = _local_file(path, "remove")
@@ -149,17 +152,6 @@ def _local_file(path: Any, what: str) -> str:
     return target
 
 
-def _weights_only(weights_only: Optional[bool]) -> bool:
-    """Lightning's None means torch.load's default: True, unless the environment says otherwise
-    (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD), as torch >= 2.6 decides it."""
-    if weights_only is not None:
-        return check_flag("weights_only", weights_only)
-    truthy = ("1", "y", "yes", "true")
-    if os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in truthy:
-        return True
-    return os.getenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() not in truthy
-
-
 def _fsync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -168,4 +160,4 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-__all__ = ["FastPersistCheckpointIO"]
+__all__ = ["FastPersistCheckpointIO", "FastPersistModelParallelStrategy"]

@@ -172,23 +172,39 @@ def read_file(path: PathLike, *, progress: Optional[Callable[[int, int], None]] 
     return _core.read_file(name, opts, progress)
 
 
+def resolve_weights_only(weights_only: Optional[bool]) -> bool:
+    """``weights_only=None`` as torch.load (torch >= 2.6) reads it: True, unless the environment
+    says otherwise (TORCH_FORCE_WEIGHTS_ONLY_LOAD wins over TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD)."""
+    if weights_only is not None:
+        if not isinstance(weights_only, bool):
+            raise TypeError(f"fastpersist: weights_only must be True, False or None, got "
+                            f"{type(weights_only).__name__}")
+        return weights_only
+    truthy = ("1", "y", "yes", "true")
+    if os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in truthy:
+        return True
+    return os.getenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() not in truthy
+
+
 def load(
     path: PathLike,
     map_location: MapLocation = None,
     *,
-    weights_only: bool = True,
+    weights_only: Optional[bool] = True,
     backend: Optional[str] = None,
     block_size: Optional[int] = None,
     queue_depth: Optional[int] = None,
     intra_op_parallelism: Optional[int] = None,
     **pickle_load_args: Any,
 ) -> Any:
-    """Loads a ``torch.save`` file like ``torch.load(path, map_location, weights_only=...)``.
+    """Loads a ``torch.save`` file like ``torch.load(path, map_location, weights_only=...)``
+    (``weights_only=None``: torch's default, see :func:`resolve_weights_only`).
 
     The file is read once with the engine; tensors of a zip-format checkpoint are views of that
     read buffer (no second copy) unless ``map_location`` moves them elsewhere.
     """
     torch = _torch()
+    weights_only = resolve_weights_only(weights_only)
     buf = read_file(path, backend=backend, block_size=block_size, queue_depth=queue_depth,
                     intra_op_parallelism=intra_op_parallelism)
     view = memoryview(buf)

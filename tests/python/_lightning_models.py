@@ -41,8 +41,8 @@ def loader(samples: int = 64, inputs: int = 32, batch: int = 16) -> DataLoader:
 
 
 def trainer(max_steps: int, callbacks: Optional[List[Any]] = None,
-            plugins: Optional[List[Any]] = None, **kwargs: Any) -> L.Trainer:
-    return L.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, logger=False,
+            plugins: Optional[List[Any]] = None, devices: int = 1, **kwargs: Any) -> L.Trainer:
+    return L.Trainer(accelerator="cpu", devices=devices, max_steps=max_steps, logger=False,
                      enable_progress_bar=False, enable_model_summary=False,
                      callbacks=callbacks or [], plugins=plugins or [],
                      enable_checkpointing=any(isinstance(c, L.pytorch.callbacks.ModelCheckpoint)
