@@ -158,6 +158,9 @@ class PendingSave {
   Status wait_snapshot() const;
   // Blocks until done(); OK when committed. Marks the outcome as reported.
   Status wait() const;
+  // Blocks until done(); true when committed. Leaves the outcome unreported: an observer (an
+  // on-commit hook) learns it without taking a failure from whoever calls wait().
+  bool wait_done() const;
   // Seconds spent: snapshot (first byte staged to last byte staged), and the whole save.
   double snapshot_seconds() const;
   double total_seconds() const;

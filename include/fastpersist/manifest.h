@@ -122,6 +122,11 @@ struct Manifest {
 
 // The model fingerprint over (name, dtype, shape) of `tensors`, order-independent.
 std::string manifest_fingerprint(const std::vector<ManifestTensor>& tensors);
+// The content hash of a checkpoint's tensors: 16 hex digits, the XXH3-64 of the sorted
+// "name:dtype:global shape:block offsets:raw checksum" lines of every stored block. Equal for
+// two checkpoints that hold the same tensor values whatever their files, encoding or write
+// order; empty when the manifest records no checksums (kNoChecksum).
+std::string manifest_content_hash(const Manifest& manifest);
 
 // What the user's metadata must be before it is written: a JSON object, valid UTF-8, no key
 // twice in one object, nested at most 255 levels (readers refuse a manifest nested deeper than

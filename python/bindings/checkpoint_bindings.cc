@@ -314,6 +314,10 @@ void bind_checkpoint_manager(nb::module_& m) {
       .def("wait_snapshot",
            [](const PendingSave& p) { check(without_gil([&] { return p.wait_snapshot(); })); })
       .def("wait", [](const PendingSave& p) { check(without_gil([&] { return p.wait(); })); })
+      .def(
+          "wait_done",
+          [](const PendingSave& p) { return without_gil([&] { return p.wait_done(); }); },
+          "Blocks until done; True when committed. Leaves a failure for wait() to report.")
       .def_prop_ro("snapshot_seconds", &PendingSave::snapshot_seconds)
       .def_prop_ro("total_seconds", &PendingSave::total_seconds)
       .def_prop_ro("bytes", &PendingSave::bytes)

@@ -126,6 +126,9 @@ void bind_manifest_record(nb::module_& m) {
       .def_ro("checksum_algorithm", &Manifest::checksum_algorithm)
       .def_ro("versions", &Manifest::versions)
       .def_ro("fingerprint", &Manifest::fingerprint)
+      .def_prop_ro("content_hash", &manifest_content_hash,
+                   "16 hex digits identifying the tensors' values (manifest_content_hash); "
+                   "empty without checksums.")
       .def_ro("metadata_json", &Manifest::metadata_json)
       .def_ro("aliases", &Manifest::aliases)
       .def_ro("world_size", &Manifest::world_size)

@@ -35,6 +35,7 @@ from torch.utils.dlpack import to_dlpack
 
 from . import _core
 from ._checkpoint_options import Size, checkpoint_options
+from ._commit_hook import CommitHook, CommittedCheckpoint
 from ._system import parse_size
 from ._tensor_source import NO_DEVICE, source_tensor
 from .checkpoint_loading import DtypeSpec, KeySelection, key_predicate, load_checkpoint_dir
@@ -86,6 +87,7 @@ class SaveHandle:
         self._keepalive: Optional[List[torch.Tensor]] = keepalive
         self._lock = threading.Lock()
         self._retention_reported = False
+        self._hook_called: Optional[threading.Event] = None  # on_commit ran for this save
 
     @property
     def tag(self) -> str:
@@ -260,6 +262,13 @@ class CheckpointManager:
             commits and holds the root's lock. See docs/distributed.md.
         timeout: seconds a multi-rank save or call waits for another rank before it fails
             naming the ranks that did not answer [600].
+        on_commit: called as ``on_commit(committed)`` after each save commits, with a
+            ``CommittedCheckpoint`` (root, tag, path, step, and info: its
+            :class:`CheckpointInfo`), in commit order, on a thread of the manager's own
+            (multi-rank: on rank 0, where the commit happens). ``save()`` returns after it ran for its checkpoint,
+            ``close()`` after it ran for all. An exception from it is warned about and never
+            fails a save; a failed save calls nothing. For logging, e.g.
+            ``fastpersist.mlflow.on_commit()``.
     """
 
     def __init__(
@@ -293,8 +302,12 @@ class CheckpointManager:
         intra_op_parallelism: Optional[int] = None,
         distributed: Optional[bool] = None,
         timeout: Optional[float] = None,
+        on_commit: Optional[Callable[[CommittedCheckpoint], None]] = None,
     ) -> None:
         self._root = os.fspath(root)
+        if on_commit is not None and not callable(on_commit):
+            raise TypeError(f"fastpersist: on_commit must be callable, got "
+                            f"{type(on_commit).__name__}")
         settings = {"max_in_flight": max_in_flight, "staging_budget": staging_budget,
                     "staging_window": staging_window, "lock_staging_memory": lock_staging_memory,
                     "max_parallel_files": max_parallel_files, "target_file_size": target_file_size,
@@ -327,6 +340,9 @@ class CheckpointManager:
             self._core = _core.CheckpointManager(self._root, o)
         self._handles: List[SaveHandle] = []
         self._optimizers: List[HookedOptimizer] = []
+        self._commit_hook: Optional[CommitHook] = None
+        if on_commit is not None and (self._dist is None or self._dist.rank == 0):
+            self._commit_hook = CommitHook(on_commit, self._root)
         _OPEN_MANAGERS.add(self)
 
     # ------------------------------------------------------------------------------ saving
@@ -336,8 +352,13 @@ class CheckpointManager:
 
     def save(self, step_or_tag: Union[int, str], state: Any, *,
              metadata: Optional[Dict[str, Any]] = None) -> str:
-        """Saves `state` and returns once it is committed and durable. Returns the tag."""
-        return self.save_async(step_or_tag, state, metadata=metadata).wait()
+        """Saves `state` and returns once it is committed and durable (and ``on_commit`` ran for
+        it). Returns the tag."""
+        handle = self.save_async(step_or_tag, state, metadata=metadata)
+        tag = handle.wait()
+        if handle._hook_called is not None:
+            handle._hook_called.wait()
+        return tag
 
     def save_async(self, step_or_tag: Union[int, str], state: Any, *,
                    metadata: Optional[Dict[str, Any]] = None) -> SaveHandle:
@@ -369,6 +390,7 @@ class CheckpointManager:
             self._forget_finished()
             handle = SaveHandle(self._dist.save_async(tag, state, step, metadata), [])
             self._handles.append(handle)
+            self._watch(handle)
             return handle
         flat = flatten_state(state)
         keepalive: List[torch.Tensor] = []
@@ -398,10 +420,15 @@ class CheckpointManager:
                                                   metadata_json, versions)
         handle = SaveHandle(pending, keepalive)
         self._handles.append(handle)
+        self._watch(handle)
         for error in handle.tier_errors:
             warnings.warn(f"fastpersist: a drain into a tier failed (local saves go on; it is "
                           f"retried): {error}", TierWarning, stacklevel=3)
         return handle
+
+    def _watch(self, handle: SaveHandle) -> None:
+        if self._commit_hook is not None:
+            handle._hook_called = self._commit_hook.watch(handle._pending, handle.tag)
 
     def should_save(self, step: int) -> bool:
         """Whether the save policy (``save_every_steps`` / ``save_every_seconds``) says to save
@@ -527,6 +554,8 @@ class CheckpointManager:
             else:
                 self._core.close(None if timeout is None else float(timeout))
         finally:
+            if self._commit_hook is not None:
+                self._commit_hook.close()
             for h in self._handles:
                 h._report_retention()
             self._handles.clear()

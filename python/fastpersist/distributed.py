@@ -94,6 +94,10 @@ class _PendingSave:
     def wait(self) -> None:
         self.owner._settle(self)
 
+    def wait_done(self) -> bool:
+        """Blocks until done; True when committed. Reports nothing (an on-commit hook)."""
+        return self.future.exception() is None  # blocks until the future is done
+
     @property
     def total_seconds(self) -> float:
         end = self.finished if self.finished is not None else time.monotonic()

@@ -70,6 +70,12 @@ Status PendingSave::wait() const {
   return state_->status;
 }
 
+bool PendingSave::wait_done() const {
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  return state_->status.is_ok();
+}
+
 double PendingSave::snapshot_seconds() const {
   std::lock_guard lock(state_->mu);
   if (!state_->snapshot_done || state_->started == State::Clock::time_point{}) return 0;

@@ -98,6 +98,32 @@ std::string manifest_fingerprint(const std::vector<ManifestTensor>& tensors) {
   return checksum_to_hex(xxh3_64(joined.data(), joined.size()));
 }
 
+namespace {
+std::string dims(const std::vector<uint64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out;
+}
+}  // namespace
+
+std::string manifest_content_hash(const Manifest& manifest) {
+  if (manifest.checksum_algorithm == kNoChecksum) return "";
+  std::vector<std::string> lines;
+  lines.reserve(manifest.tensors.size());
+  for (const ManifestTensor& t : manifest.tensors) {
+    const std::vector<uint64_t>& shape = t.global_shape.empty() ? t.shape : t.global_shape;
+    lines.push_back(t.name + ":" + t.dtype + ":" + dims(shape) + ":" + dims(t.shard_offsets) + ":" +
+                    checksum_to_hex(t.checksum));
+  }
+  std::sort(lines.begin(), lines.end());
+  Xxh3Stream hash;
+  for (const std::string& line : lines) {
+    hash.update(line.data(), line.size());
+    hash.update("\n", 1);
+  }
+  return checksum_to_hex(hash.digest());
+}
+
 Status check_metadata_json(std::string_view json) {
   std::string why;
   // One level less than a manifest may nest: the metadata sits inside the manifest's object.

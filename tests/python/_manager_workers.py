@@ -305,3 +305,21 @@ def tiered(rank: int, world_size: int, root: str, tier: str) -> None:
         check_loaded(resumed, seed=3)
         assert mgr.list() == ["step-00000003"], mgr.list()
         _same_everywhere(mgr.list())
+
+
+def on_commit_hook(rank: int, world_size: int, root: str, report: str) -> None:
+    """on_commit on a multi-rank manager: called on rank 0 only, once per commit, in order;
+    save() returns after it ran."""
+    seen: List[Any] = []
+    with fastpersist.CheckpointManager(root, timeout=60, on_commit=seen.append) as mgr:
+        mgr.save(1, sharded_state(world_size, seed=1))
+        assert [c.tag for c in seen] == (["step-00000001"] if rank == 0 else [])
+        state = sharded_state(world_size, seed=2)
+        mgr.save_async(2, state)
+        mgr.save_async(3, sharded_state(world_size, seed=3))
+    # close() returned: every callback ran.
+    if rank == 0:
+        with open(report, "w") as f:
+            json.dump([[c.tag, c.step, c.path, c.info.num_tensors] for c in seen], f)
+    else:
+        assert seen == []

@@ -132,3 +132,12 @@ def test_a_multi_rank_manager_drains_into_a_tier_and_resumes_from_it(tmp_path: P
         assert tier.verify("step-00000003") == []
     finally:
         tier.close()
+
+
+def test_on_commit_runs_on_rank_zero_after_each_commit(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    run_ranks(workers.on_commit_hook, 2, str(tmp_path / "root"), str(report))
+    seen = json.loads(report.read_text())
+    assert [s[:2] for s in seen] == [["step-00000001", 1], ["step-00000002", 2],
+                                     ["step-00000003", 3]]
+    assert all(s[2] == str(tmp_path / "root" / s[0]) and s[3] > 0 for s in seen)

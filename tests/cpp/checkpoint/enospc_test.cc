@@ -134,6 +134,20 @@ TEST_P(EnospcTest, AnUncollectedFailureIsReportedOnceByTheNextSave) {
   });
 }
 
+TEST_P(EnospcTest, WaitDoneObservesAFailureWithoutReportingIt) {
+  FP_ASSERT_OK_AND_ASSIGN(auto mgr, CheckpointManager::open(root_, options()));
+  FP_ASSERT_OK_AND_ASSIGN(PendingSave ok, mgr->save_async("ok-1", small_.content()));
+  EXPECT_TRUE(ok.wait_done());
+  FP_ASSERT_OK_AND_ASSIGN(PendingSave p, mgr->save_async("too-big", big_.content()));
+  EXPECT_FALSE(p.wait_done());  // an observer (an on-commit hook) learns it failed ...
+  EXPECT_TRUE(p.done());
+  // ... and the failure is still reported, once, to the caller: by the next save.
+  auto next = mgr->save_async("ok-2", small_.content());
+  expect_enospc(next.status());
+  FP_ASSERT_OK(mgr->save("ok-2", small_.content()));
+  FP_ASSERT_OK(ok.wait());
+}
+
 TEST_P(EnospcTest, WaitAllAndCloseReportAnUncollectedFailure) {
   run_with_watchdog(seconds(120), "failure reported by wait_all / close", [&] {
     {

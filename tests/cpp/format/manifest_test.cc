@@ -195,6 +195,29 @@ TEST(ManifestTest, GoldenEncoding) {
   EXPECT_EQ(m.fingerprint, "f12a4ab39c5dfe8f");
 }
 
+TEST(ManifestTest, ContentHashFollowsTheValuesNotTheLayout) {
+  Manifest a;
+  a.tensors = {{"w", "F32", {2}, kData, 4096, 8, 11, "raw", 8, {}, {}, {}, {}},
+               {"b", "U8", {3}, kData, 8192, 3, 22, "zstd", 2, {}, {}, {}, {}}};
+  Manifest b = a;  // other files, offsets, encodings and order: the same values
+  std::swap(b.tensors[0], b.tensors[1]);
+  b.tensors[0].file = "other.safetensors";
+  b.tensors[0].encoding = "raw";
+  b.tensors[1].offset = 0;
+  EXPECT_EQ(manifest_content_hash(a), manifest_content_hash(b));
+  EXPECT_EQ(manifest_content_hash(a).size(), 16u);
+  Manifest c = a;
+  c.tensors[1].checksum = 23;  // one value changed
+  EXPECT_NE(manifest_content_hash(a), manifest_content_hash(c));
+  Manifest d = a;
+  d.tensors[0].shard_offsets = {0};  // a block of a larger tensor is not the whole tensor
+  d.tensors[0].global_shape = {2};
+  EXPECT_NE(manifest_content_hash(a), manifest_content_hash(d));
+  Manifest e = a;
+  e.checksum_algorithm = std::string(kNoChecksum);
+  EXPECT_EQ(manifest_content_hash(e), "");
+}
+
 TEST(ManifestTest, InvalidMetadataIsWrittenAsEmptyObject) {
   Manifest m = sample();
   m.metadata_json = "[1, 2]";
