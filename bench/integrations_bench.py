@@ -38,8 +38,6 @@ from typing import Any, Callable, Dict, List
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
-
 import lightning as L  # noqa: E402
 from lightning.pytorch.plugins.io import (AsyncCheckpointIO,  # noqa: E402
                                            TorchCheckpointIO)

@@ -244,3 +244,20 @@ def test_the_example_trains_and_resumes(tmp_path):
     assert "resumed at step 32 and trained to step 48" in out.stdout
     assert sorted(os.listdir(tmp_path)) == ["epoch=4-step=40.ckpt", "epoch=5-step=48.ckpt",
                                             "last.ckpt"]
+
+
+def test_the_integrations_benchmark_prints_its_table(tmp_path):
+    bench = HERE.parents[1] / "bench" / "integrations_bench.py"
+    out = subprocess.run([sys.executable, str(bench), "--folder", str(tmp_path), "--rounds", "1",
+                          "--width", "256", "--layers", "1", "--steps", "2",
+                          "--json", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in out.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| case")]
+    assert rows == ["lightning", "lightning-async", "fastpersist", "fastpersist-async"]
+    import json
+
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert results["fastpersist-async"][0]["save_s"] > 0
+    assert not (tmp_path / "integrations").exists()  # the benchmark cleans up
