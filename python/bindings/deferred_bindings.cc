@@ -17,6 +17,7 @@
 #include "checked_buffer.h"
 #include "deferred_writer.h"
 #include "fastpersist/deferred_file_writer.h"
+#include "fastpersist/folder_seal.h"
 #include "fastpersist/io_engine.h"
 
 namespace fastpersist::python {
@@ -55,6 +56,31 @@ void bind_deferred(nb::module_& m) {
       "path"_a, "record"_a, "checksums"_a,
       "Checks a checkpoint file's size and checksum against its manifest record, reading through "
       "the page cache (CheckpointCorruptError naming the file when they differ).");
+
+  m.attr("FOLDER_SEAL_NAME") = kFolderSealName;
+  m.def(
+      "seal_folder",
+      [](const std::string& dir, bool durable) {
+        std::vector<SealedFile> files =
+            unwrap(without_gil([&] { return seal_folder(dir, durable); }));
+        nb::list out;
+        for (const SealedFile& f : files) out.append(nb::make_tuple(f.name, f.size, f.checksum));
+        return out;
+      },
+      "dir"_a, "durable"_a,
+      "Seals a folder another writer filled (folder_seal.h): fdatasyncs its files, writes the "
+      "marker of their sizes and XXH3-64 last; returns [(name, size, checksum)].");
+  m.def(
+      "check_sealed_folder",
+      [](const std::string& dir, bool checksums) {
+        SealCheck c = unwrap(without_gil([&] { return check_sealed_folder(dir, checksums); }));
+        const char* state = c.state == SealState::kSealed    ? "sealed"
+                            : c.state == SealState::kDamaged ? "damaged"
+                                                             : "unsealed";
+        return nb::make_tuple(std::string(state), c.problem);
+      },
+      "dir"_a, "checksums"_a,
+      "('sealed' | 'unsealed' | 'damaged', what differs) of a folder sealed by seal_folder.");
 }
 
 }  // namespace fastpersist::python

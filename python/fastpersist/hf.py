@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def __getattr__(name: str) -> Any:
+    # The Trainer subclass needs transformers (and accelerate): imported on first use.
+    if name in ("FastPersistTrainer", "last_sealed_checkpoint"):
+        from . import hf_trainer
+
+        return getattr(hf_trainer, name)
+    raise AttributeError(f"module 'fastpersist.hf' has no attribute {name!r}")
+
+
 def _write_config(config: Any, out_dir: str) -> None:
     if config is None:
         return
