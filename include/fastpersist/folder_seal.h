@@ -31,7 +31,11 @@ struct SealedFile {
 };
 
 // Seals `dir` (see above) and returns what the marker lists. An existing marker is replaced.
-Result<std::vector<SealedFile>> seal_folder(const std::string& dir, bool durable);
+// `known`: files the caller wrote itself, durably, and hashed while writing (a DeferredFileWriter's
+// records): they are neither read nor synced again, only their sizes checked (kDataLoss when a
+// file's size differs from its record, kNotFound when it is not in the folder).
+Result<std::vector<SealedFile>> seal_folder(const std::string& dir, bool durable,
+                                            const std::vector<SealedFile>& known = {});
 
 enum class SealState {
   kUnsealed,  // no marker: never sealed (a save cut short, or another writer's folder)

@@ -6,10 +6,13 @@
 // abort() is over, so the memory cannot be freed meanwhile.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,16 +63,21 @@ void bind_deferred(nb::module_& m) {
   m.attr("FOLDER_SEAL_NAME") = kFolderSealName;
   m.def(
       "seal_folder",
-      [](const std::string& dir, bool durable) {
+      [](const std::string& dir, bool durable,
+         const std::vector<std::tuple<std::string, uint64_t, uint64_t>>& known) {
+        std::vector<SealedFile> records;
+        for (const auto& [name, size, checksum] : known) records.push_back({name, size, checksum});
         std::vector<SealedFile> files =
-            unwrap(without_gil([&] { return seal_folder(dir, durable); }));
+            unwrap(without_gil([&] { return seal_folder(dir, durable, records); }));
         nb::list out;
         for (const SealedFile& f : files) out.append(nb::make_tuple(f.name, f.size, f.checksum));
         return out;
       },
-      "dir"_a, "durable"_a,
+      "dir"_a, "durable"_a, "known"_a = std::vector<std::tuple<std::string, uint64_t, uint64_t>>{},
       "Seals a folder another writer filled (folder_seal.h): fdatasyncs its files, writes the "
-      "marker of their sizes and XXH3-64 last; returns [(name, size, checksum)].");
+      "marker of their sizes and XXH3-64 last; `known` (name, size, checksum) records of files "
+      "written and hashed by fastpersist are taken, not read again. Returns [(name, size, "
+      "checksum)].");
   m.def(
       "check_sealed_folder",
       [](const std::string& dir, bool checksums) {

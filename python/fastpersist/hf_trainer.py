@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import transformers  # type: ignore[import-not-found, import-untyped, unused-ignore]
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME  # type: ignore[import-not-found, import-untyped, unused-ignore]
@@ -36,7 +36,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rota
 from . import _core
 from ._engine_options import check_flag
 from .errors import CheckpointCorruptError
-from .serialization import save
+from ._captured_file import CapturedFile, capture_into
+from .writer import writer_options
 
 STAGING_SUFFIX = ".fp-staging"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -56,6 +57,7 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
                  **kwargs: Any) -> None:
         self._fp_verify_resume = check_flag("verify_resume", verify_resume)
         self._fp_durable = check_flag("durable", durable)
+        self._fp_written: List[Tuple[str, int, int]] = []
         super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------------------ saving
@@ -66,6 +68,7 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
         run_dir = self._get_output_dir(trial=trial)
         final = os.path.join(run_dir, folder)
         staging = os.path.join(run_dir, f".{folder}{STAGING_SUFFIX}")
+        self._fp_written = []  # (name, size, checksum) of the files fastpersist wrote and hashed
         if self.args.should_save:
             shutil.rmtree(staging, ignore_errors=True)  # a save of this step cut short before
             os.makedirs(staging)
@@ -87,7 +90,7 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
             self.state.save_to_json(os.path.join(staging, TRAINER_STATE_NAME))
         self.accelerator.wait_for_everyone()  # every rank's files (rng_state_<rank>.pth) are in
         if self.args.should_save:
-            _commit(staging, final, self._fp_durable)
+            _commit(staging, final, self._fp_durable, self._fp_written)
         self.accelerator.wait_for_everyone()
         self._note_best_checkpoint(run_dir)
         if self.args.push_to_hub:
@@ -113,9 +116,15 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
             super()._save_optimizer_and_scheduler(output_dir)
             return
         if self.args.should_save:
+            engine, writer = writer_options(durable=self._fp_durable)
             for obj, name in ((self.optimizer, OPTIMIZER_NAME), (self.lr_scheduler, SCHEDULER_NAME)):
-                if obj is not None:
-                    save(obj.state_dict(), os.path.join(output_dir, name), durable=self._fp_durable)
+                if obj is None:
+                    continue
+                # Pickled here, written with O_DIRECT and hashed on the way: the seal takes the
+                # record instead of reading the file again.
+                f = CapturedFile(output_dir, name, engine, writer, checksums=True)
+                record = capture_into(f, obj.state_dict()).persist()
+                self._fp_written.append((record.name, int(record.size), int(record.checksum)))
 
     # ------------------------------------------------------------------ resuming
     def train(self, resume_from_checkpoint: Optional[Union[str, bool]] = None, *args: Any,
@@ -127,8 +136,8 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
 
-def _commit(staging: str, final: str, durable: bool) -> None:
-    _core.seal_folder(staging, durable)
+def _commit(staging: str, final: str, durable: bool, written: List[Tuple[str, int, int]]) -> None:
+    _core.seal_folder(staging, durable, written)
     if os.path.lexists(final):  # the same step saved again: the old folder goes after
         old = f"{os.path.dirname(final)}/.{os.path.basename(final)}.fp-replaced"
         shutil.rmtree(old, ignore_errors=True)

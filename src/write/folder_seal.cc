@@ -75,12 +75,34 @@ SealCheck damaged(std::string problem) { return {SealState::kDamaged, std::move(
 
 }  // namespace
 
-Result<std::vector<SealedFile>> seal_folder(const std::string& dir, bool durable) {
+Result<std::vector<SealedFile>> seal_folder(const std::string& dir, bool durable,
+                                            const std::vector<SealedFile>& known) {
   FP_ASSIGN_OR_RETURN(std::vector<std::string> names, folder_files(dir));
+  for (const SealedFile& k : known) {
+    if (!std::binary_search(names.begin(), names.end(), k.name)) {
+      return Status(StatusCode::kNotFound, "a file recorded as written is not in the folder")
+          .with_path(checkpoint::join_path(dir, k.name));
+    }
+  }
   std::vector<SealedFile> sealed;
   Json files = Json::array();
   for (const std::string& name : names) {
-    FP_ASSIGN_OR_RETURN(SealedFile f, hash_file(checkpoint::join_path(dir, name), name, durable));
+    std::string path = checkpoint::join_path(dir, name);
+    auto record = std::find_if(known.begin(), known.end(),
+                               [&](const SealedFile& k) { return k.name == name; });
+    SealedFile f;
+    if (record != known.end()) {
+      FP_ASSIGN_OR_RETURN(uint64_t size, checkpoint::file_size(path));
+      if (size != record->size) {
+        return Status(StatusCode::kDataLoss, "the file has " + std::to_string(size) +
+                                                 " bytes, its writer recorded " +
+                                                 std::to_string(record->size))
+            .with_path(path);
+      }
+      f = *record;
+    } else {
+      FP_ASSIGN_OR_RETURN(f, hash_file(path, name, durable));
+    }
     files.push_back(
         {{"name", f.name}, {"size", f.size}, {"checksum", checksum_to_hex(f.checksum)}});
     sealed.push_back(std::move(f));

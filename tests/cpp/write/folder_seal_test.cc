@@ -84,6 +84,22 @@ TEST(FolderSeal, ABrokenOrHostileMarkerIsDamaged) {
   }
 }
 
+TEST(FolderSeal, KnownRecordsAreTakenNotReadAgain) {
+  TempDir dir;
+  fill(dir);
+  // The caller's record of optimizer.pt (as its writer hashed it while writing): taken as is.
+  std::vector<std::byte> bytes = random_bytes(9 << 20, 2);
+  SealedFile known{"optimizer.pt", bytes.size(), xxh3_64(bytes.data(), bytes.size())};
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<SealedFile> files, seal_folder(dir.path(), true, {known}));
+  EXPECT_EQ(files[1].checksum, known.checksum);
+  EXPECT_EQ(state_of(dir, true), SealState::kSealed);
+  // A record whose size is wrong, or of a file that is not there, is refused.
+  known.size += 1;
+  EXPECT_EQ(seal_folder(dir.path(), true, {known}).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(seal_folder(dir.path(), true, {{"gone.pt", 1, 0}}).status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST(FolderSeal, SubfoldersAreRefused) {
   TempDir dir;
   fill(dir);
