@@ -212,7 +212,8 @@ class DeferredFileWriter::Impl {
     auto it = lent_.upper_bound(begin);
     if (it == lent_.begin()) return false;
     --it;
-    return begin >= it->first && n <= it->second - begin;
+    // `begin < end` first: past the range's end, end - begin would wrap around.
+    return begin >= it->first && begin < it->second && n <= it->second - begin;
   }
 
   void copy(const std::byte* src, size_t bytes) {

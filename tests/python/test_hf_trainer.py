@@ -116,3 +116,15 @@ def test_a_changed_checkpoint_is_skipped_and_stock_folders_still_resume(tmp_path
     assert last_sealed_checkpoint(stock) is None
     resumed = _run("fp-resume", stock, steps=8)
     _same(resumed["state"], reference["state"])
+
+
+def test_the_trainer_benchmark_prints_its_table(tmp_path):
+    bench = Path(__file__).resolve().parents[2] / "bench" / "hf_trainer_bench.py"
+    out = subprocess.run([sys.executable, str(bench), "--model", "tiny-t5", "--folder",
+                          str(tmp_path), "--rounds", "1"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in out.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| case")]
+    assert rows == ["trainer", "trainer+fsync", "fastpersist"]
+    assert not (tmp_path / "hf-trainer").exists()

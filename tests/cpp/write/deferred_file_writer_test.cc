@@ -88,6 +88,26 @@ TEST(DeferredFileWriter, APieceReachingPastTheLentRangeIsCopied) {
   EXPECT_TRUE(got == want);
 }
 
+// A piece that starts just past a lent range (torch.save's pickle, allocated right after a small
+// storage) is copied, not borrowed: its memory is freed before persist() runs.
+TEST(DeferredFileWriter, APieceJustPastALentRangeIsCopied) {
+  TempDir dir;
+  TestBuffer memory(size_t{1} << 20);
+  fill_random(memory.span(), 21);
+  FP_ASSERT_OK_AND_ASSIGN(auto w, DeferredFileWriter::create(dir.path(), "p", options()));
+  w->borrow(memory.data(), 4096);                       // a small storage
+  const std::byte* pickle = memory.data() + 4096 + 16;  // 16 bytes past its end
+  const size_t n = 70000;                               // above borrow_min_bytes
+  FP_ASSERT_OK(w->write(pickle, n));
+  EXPECT_EQ(w->stats().borrowed_bytes, 0u);
+  EXPECT_EQ(w->stats().copied_bytes, n);
+  std::vector<std::byte> want(pickle, pickle + n);
+  std::memset(memory.data() + 4096, 0, n + 16);  // the pickle's memory is reused
+  FP_ASSERT_OK(w->persist().status());
+  FP_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> got, read_whole_file(dir.file("p")));
+  EXPECT_TRUE(got == want);
+}
+
 TEST(DeferredFileWriter, RefusesBadNamesAndExistingFiles) {
   TempDir dir;
   for (const char* bad : {"", ".", "..", "a/b", "../x"}) {
