@@ -16,8 +16,8 @@ A save has three stages, each on its own thread:
    (O_DIRECT, fdatasync) and renames it over the target, so the path holds either the previous
    file or the new one, whole.
 
-At most ``max_in_flight`` saves are between stages 1 and 3: ``save()`` waits for the oldest
-beyond that, so snapshot memory stays within ``max_in_flight`` checkpoints. A failed save raises
+At most ``max_pending`` saves are between stages 1 and 3: ``save()`` waits for the oldest
+beyond that, so snapshot memory stays within ``max_pending`` checkpoints. A failed save raises
 its error from the next ``save()``, ``wait()`` or ``close()``. Interpreter exit finishes the
 writes in flight (the bytes are in the snapshot already).
 """
@@ -77,7 +77,7 @@ class AsyncFileSaver:
     """Saves objects like ``torch.save(obj, path)``, in the background (see the module's doc).
 
     Args:
-        max_in_flight: saves between ``save()`` and their file being written [2].
+        max_pending: saves between ``save()`` and their file being written [2].
         lend_min_bytes: storages of at least this many bytes are snapshotted in the background;
             smaller ones are copied by ``save()`` [1 MiB].
         writer_options: how the files are written, as for :class:`fastpersist.FastFileWriter`
@@ -85,11 +85,11 @@ class AsyncFileSaver:
             intra_op_parallelism, ...).
     """
 
-    def __init__(self, *, max_in_flight: int = 2, lend_min_bytes: int = DEFAULT_LEND_MIN_BYTES,
+    def __init__(self, *, max_pending: int = 2, lend_min_bytes: int = DEFAULT_LEND_MIN_BYTES,
                  **writer_options: Any) -> None:
-        self._max_in_flight = check_uint("max_in_flight", max_in_flight, 1 << 16)
-        if self._max_in_flight < 1:
-            raise ValueError("fastpersist: max_in_flight must be at least 1, got 0")
+        self._max_pending = check_uint("max_pending", max_pending, 1 << 16)
+        if self._max_pending < 1:
+            raise ValueError("fastpersist: max_pending must be at least 1, got 0")
         self._lend_min_bytes = check_uint("lend_min_bytes", lend_min_bytes, 1 << 62)
         self._writer_options = dict(writer_options)
         writer_options_checked(self._writer_options)
@@ -116,9 +116,9 @@ class AsyncFileSaver:
         if os.path.isdir(target):
             raise IsADirectoryError(f"fastpersist: {target} is a directory; a torch.save file "
                                     "needs a file path")
-        while True:  # snapshot memory stays within max_in_flight checkpoints
+        while True:  # snapshot memory stays within max_pending checkpoints
             with self._lock:
-                if len(self._in_flight) < self._max_in_flight:
+                if len(self._in_flight) < self._max_pending:
                     break
                 oldest = self._in_flight[0]
             oldest._written.exception()  # waits; its error is kept for _raise_failed

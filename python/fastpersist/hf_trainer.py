@@ -49,14 +49,15 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
     Args:
         verify_resume: ``resume_from_checkpoint=True`` checks each candidate's checksums (reads
             every byte once) rather than only its files' sizes [False].
-        durable: fdatasync every file and fsync the folders [True].
+        durable: fdatasync every file and fsync the folders [None: the C++ default, on].
         *args, **kwargs: ``transformers.Trainer``'s own.
     """
 
-    def __init__(self, *args: Any, verify_resume: bool = False, durable: bool = True,
+    def __init__(self, *args: Any, verify_resume: bool = False, durable: Optional[bool] = None,
                  **kwargs: Any) -> None:
         self._fp_verify_resume = check_flag("verify_resume", verify_resume)
-        self._fp_durable = check_flag("durable", durable)
+        self._fp_engine, self._fp_writer = writer_options(durable=durable)  # C++'s default: on
+        self._fp_durable = bool(self._fp_writer.durable)
         self._fp_written: List[Tuple[str, int, int]] = []
         super().__init__(*args, **kwargs)
 
@@ -116,7 +117,7 @@ class FastPersistTrainer(transformers.Trainer):  # type: ignore[misc, unused-ign
             super()._save_optimizer_and_scheduler(output_dir)
             return
         if self.args.should_save:
-            engine, writer = writer_options(durable=self._fp_durable)
+            engine, writer = self._fp_engine, self._fp_writer
             for obj, name in ((self.optimizer, OPTIMIZER_NAME), (self.lr_scheduler, SCHEDULER_NAME)):
                 if obj is None:
                     continue
@@ -155,9 +156,9 @@ def _commit(staging: str, final: str, durable: bool, written: List[Tuple[str, in
 
 
 def last_sealed_checkpoint(output_dir: Union[str, "os.PathLike[str]"],
-                           checksums: bool = False) -> Optional[str]:
+                           verify: bool = False) -> Optional[str]:
     """The newest ``checkpoint-N`` folder of `output_dir` that FastPersistTrainer sealed and that
-    still checks (sizes; every byte with `checksums`); None when no folder is sealed. A sealed
+    still checks (sizes; every byte with `verify`); None when no folder is sealed. A sealed
     folder that changed since is skipped for an older one; CheckpointCorruptError, naming what
     differs, when every sealed folder changed (resume from a path you choose, then)."""
     root = os.fspath(output_dir)
@@ -168,7 +169,7 @@ def last_sealed_checkpoint(output_dir: Union[str, "os.PathLike[str]"],
                    reverse=True)
     damaged = []
     for _, name in steps:
-        state, problem = _core.check_sealed_folder(os.path.join(root, name), checksums)
+        state, problem = _core.check_sealed_folder(os.path.join(root, name), verify)
         if state == "sealed":
             return os.path.join(root, name)
         if state == "damaged":

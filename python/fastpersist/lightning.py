@@ -39,7 +39,7 @@ class FastPersistCheckpointIO(CheckpointIO):  # type: ignore[misc, unused-ignore
 
     Args:
         async_save: ``save_checkpoint`` returns before the file is written [False].
-        max_in_flight: async saves not yet written; a further save waits for the oldest [2].
+        max_pending: async saves not yet written; a further save waits for the oldest [2].
         **options: how files are written, as for :class:`fastpersist.FastFileWriter`:
             ``durable`` [True], ``io_buffer_mb``, ``single_io_buffer``, ``backend``,
             ``block_size``, ``queue_depth``, ``intra_op_parallelism``, ...
@@ -48,17 +48,17 @@ class FastPersistCheckpointIO(CheckpointIO):  # type: ignore[misc, unused-ignore
     is a dict of the same options (``async_save`` included) for that save only.
     """
 
-    def __init__(self, *, async_save: bool = False, max_in_flight: int = 2,
+    def __init__(self, *, async_save: bool = False, max_pending: int = 2,
                  **options: Any) -> None:
         super().__init__()
         _check_names(options, "FastPersistCheckpointIO()")
         self._async_save = check_flag("async_save", async_save)
         self._options = dict(options)
         writer_options_checked(self._options)  # a bad value raises here, before any save
-        self._max_in_flight = max_in_flight
+        self._max_pending = max_pending
         self._saver: Optional[AsyncFileSaver] = None
         if async_save:
-            self._async_saver()  # checks max_in_flight now
+            self._async_saver()  # checks max_pending now
 
     # ------------------------------------------------------------------ CheckpointIO
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any,
@@ -116,7 +116,7 @@ class FastPersistCheckpointIO(CheckpointIO):  # type: ignore[misc, unused-ignore
 
     def _async_saver(self) -> AsyncFileSaver:
         if self._saver is None:
-            saver = AsyncFileSaver(max_in_flight=self._max_in_flight, **self._options)
+            saver = AsyncFileSaver(max_pending=self._max_pending, **self._options)
             saver.guard_optimizer_steps()
             self._saver = saver
         return self._saver

@@ -144,7 +144,7 @@ def hold_snapshots_until_a_step_begins(monkeypatch) -> _HeldSnapshots:
 
 def test_a_file_saved_again_is_replaced_whole_in_order(tmp_path):
     path = tmp_path / "last.ckpt"
-    with AsyncFileSaver(max_in_flight=3) as saver:
+    with AsyncFileSaver(max_pending=3) as saver:
         for step in range(5):
             saver.save(_state(step), path)
             assert len(saver.pending()) <= 3
@@ -153,8 +153,8 @@ def test_a_file_saved_again_is_replaced_whole_in_order(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["last.ckpt"]  # no temporary left behind
 
 
-def test_max_in_flight_bounds_the_saves_not_yet_written(tmp_path):
-    with AsyncFileSaver(max_in_flight=1) as saver:
+def test_max_pending_bounds_the_saves_not_yet_written(tmp_path):
+    with AsyncFileSaver(max_pending=1) as saver:
         for i in range(3):
             saver.save(_state(i, 1 << 18), tmp_path / f"{i}.pt")
             assert len(saver.pending()) <= 1
@@ -194,8 +194,8 @@ def test_an_unreported_failure_raises_from_the_next_call(tmp_path):
 def test_bad_arguments_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(TypeError, match="unknown writer option.*'buffer_mb'"):
         AsyncFileSaver(buffer_mb=4)
-    with pytest.raises(ValueError, match="max_in_flight"):
-        AsyncFileSaver(max_in_flight=0)
+    with pytest.raises(ValueError, match="max_pending"):
+        AsyncFileSaver(max_pending=0)
     with pytest.raises(ValueError, match="io_buffer_mb"):
         AsyncFileSaver(io_buffer_mb=-1)
     with AsyncFileSaver() as saver:

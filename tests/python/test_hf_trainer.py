@@ -104,12 +104,12 @@ def test_a_changed_checkpoint_is_skipped_and_stock_folders_still_resume(tmp_path
         f.seek(1000)
         f.write(bytes([b[0] ^ 0xFF]))
     assert last_sealed_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")  # sizes only
-    assert last_sealed_checkpoint(tmp_path, checksums=True) == str(tmp_path / "checkpoint-2")
+    assert last_sealed_checkpoint(tmp_path, verify=True) == str(tmp_path / "checkpoint-2")
     state, problem = _core.check_sealed_folder(str(tmp_path / "checkpoint-4"), True)
     assert state == "damaged" and "optimizer.pt differs" in problem
     os.remove(tmp_path / "checkpoint-2" / "rng_state.pth")
     with pytest.raises(CheckpointCorruptError, match="checkpoint-2: rng_state.pth"):
-        last_sealed_checkpoint(tmp_path, checksums=True)
+        last_sealed_checkpoint(tmp_path, verify=True)
     # A run the stock Trainer wrote (no seals): FastPersistTrainer resumes it as the stock one.
     stock = tmp_path / "stock"
     _run("stock", stock, steps=4)

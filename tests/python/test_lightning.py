@@ -97,7 +97,7 @@ def test_async_saves_hold_each_steps_state_while_training_goes_on(tmp_path, monk
     # Fault injection: each snapshot starts only once the next optimizer step waits for it or
     # has finished, so a step that did not wait would change the weights before the copy.
     held = hold_snapshots_until_a_step_begins(monkeypatch)
-    io = FastPersistCheckpointIO(async_save=True, max_in_flight=2)
+    io = FastPersistCheckpointIO(async_save=True, max_pending=2)
     torch.manual_seed(0)
     model = TinyNet(width=2048, inputs=256)  # 2 MiB weights: lent, snapshotted in the background
     cb = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1,
@@ -162,8 +162,8 @@ def test_bad_input_is_refused_and_changes_nothing(tmp_path):
         FastPersistCheckpointIO(asnyc_save=True)
     with pytest.raises(ValueError, match="io_buffer_mb"):
         FastPersistCheckpointIO(io_buffer_mb=0)
-    with pytest.raises(ValueError, match="max_in_flight"):
-        FastPersistCheckpointIO(async_save=True, max_in_flight=0)
+    with pytest.raises(ValueError, match="max_pending"):
+        FastPersistCheckpointIO(async_save=True, max_pending=0)
     io = FastPersistCheckpointIO()
     state = {"state_dict": {"w": torch.ones(3)}}
     (tmp_path / "folder").mkdir()
