@@ -22,10 +22,8 @@ every measurement.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -35,15 +33,11 @@ from transformers import Trainer, TrainingArguments
 
 from fastpersist.bench import models
 from fastpersist.bench.loaders import drop_all_caches
-from fastpersist.bench.table import aligned, markdown, medians, rotated
+from fastpersist.bench.table import medians, report, run_rounds
 from fastpersist.hf import FastPersistTrainer
 
 CASES = ("trainer", "trainer+fsync", "fastpersist")
 DURABLE = {"trainer": "no", "trainer+fsync": "yes", "fastpersist": "yes"}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _fsync_tree(folder: str) -> None:
@@ -124,17 +118,8 @@ def main() -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     model = models.build(args.model)
-    results: Dict[str, List[Dict[str, float]]] = {name: [] for name in CASES}
-    for r in range(args.rounds):
-        for name in rotated(list(CASES), r):
-            results[name].append(run_case(name, model, folder))
-            log(f"round {r + 1}/{args.rounds} {name}: {results[name][-1]}")
-    rows = table(results)
-    print(aligned(HEADER, rows))
-    print()
-    print(markdown(HEADER, rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    results = run_rounds(CASES, args.rounds, lambda name: run_case(name, model, folder))
+    report(HEADER, table(results), args.json, {"args": vars(args), "results": results})
     shutil.rmtree(folder, ignore_errors=True)
 
 

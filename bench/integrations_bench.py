@@ -28,10 +28,8 @@ Prints a table of medians; ``--json PATH`` writes every measurement.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -43,7 +41,7 @@ from lightning.pytorch.plugins.io import (AsyncCheckpointIO,  # noqa: E402
                                            TorchCheckpointIO)
 
 from fastpersist.bench.loaders import drop_all_caches, evict  # noqa: E402
-from fastpersist.bench.table import aligned, markdown, medians, rotated  # noqa: E402
+from fastpersist.bench.table import medians, report, run_rounds  # noqa: E402
 from fastpersist.lightning import FastPersistCheckpointIO  # noqa: E402
 
 CASES: Dict[str, Callable[[], Any]] = {
@@ -54,10 +52,6 @@ CASES: Dict[str, Callable[[], Any]] = {
 }
 DURABLE = {"lightning": "no", "lightning-async": "no", "fastpersist": "yes",
            "fastpersist-async": "yes"}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 class Mlp(L.LightningModule):
@@ -160,17 +154,8 @@ def main() -> None:
     folder = Path(args.folder) / "integrations"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    results: Dict[str, List[Dict[str, float]]] = {name: [] for name in CASES}
-    for r in range(args.rounds):
-        for name in rotated(list(CASES), r):
-            results[name].append(run_case(name, args, folder))
-            log(f"round {r + 1}/{args.rounds} {name}: {results[name][-1]}")
-    rows = table(results)
-    print(aligned(HEADER, rows))
-    print()
-    print(markdown(HEADER, rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    results = run_rounds(CASES, args.rounds, lambda name: run_case(name, args, folder))
+    report(HEADER, table(results), args.json, {"args": vars(args), "results": results})
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -24,6 +24,8 @@ from fastpersist import _core  # noqa: E402
 from fastpersist.errors import CheckpointCorruptError  # noqa: E402
 from fastpersist.hf import last_sealed_checkpoint  # noqa: E402
 
+from _test_support import assert_same_state  # noqa: E402
+
 CHILD = Path(__file__).resolve().parent / "_hf_trainer_child.py"
 
 
@@ -32,15 +34,6 @@ def _run(mode: str, out: Path, steps: int = 8) -> dict:
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return torch.load(out / f"result-{mode}.pt", weights_only=False)
-
-
-def _same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +50,7 @@ def test_a_resume_is_bit_identical_and_checkpoints_are_sealed(tmp_path, referenc
         assert _core.check_sealed_folder(str(tmp_path / name), True) == ("sealed", "")
     resumed = _run("fp-resume", tmp_path, steps=8)
     assert resumed["step"] == 8
-    _same(resumed["state"], reference["state"])
+    assert_same_state(resumed["state"], reference["state"])
     # The weights are what from_pretrained loads.
     from transformers import GPT2LMHeadModel
 
@@ -85,7 +78,7 @@ def test_sigkill_in_the_middle_of_a_save_leaves_the_previous_checkpoint(tmp_path
     assert ".checkpoint-4.fp-staging" in names  # what the killed save left, hidden
     assert last_sealed_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
     resumed = _run("fp-resume", tmp_path, steps=8)  # from checkpoint-2, on to step 8
-    _same(resumed["state"], reference["state"])
+    assert_same_state(resumed["state"], reference["state"])
     assert ".checkpoint-4.fp-staging" not in os.listdir(tmp_path)  # step 4's save redid it
 
 
@@ -115,7 +108,7 @@ def test_a_changed_checkpoint_is_skipped_and_stock_folders_still_resume(tmp_path
     _run("stock", stock, steps=4)
     assert last_sealed_checkpoint(stock) is None
     resumed = _run("fp-resume", stock, steps=8)
-    _same(resumed["state"], reference["state"])
+    assert_same_state(resumed["state"], reference["state"])
 
 
 def test_the_trainer_benchmark_prints_its_table(tmp_path):

@@ -23,6 +23,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO  # noqa: E402
 from fastpersist.lightning import FastPersistCheckpointIO  # noqa: E402
 
 from _lightning_models import TinyNet, loader, trainer, weights_and_moments  # noqa: E402
+from _test_support import assert_same_state  # noqa: E402
 from test_async_files import hold_snapshots_until_a_step_begins  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -59,13 +60,7 @@ def test_resume_from_last_is_bit_identical_to_an_uninterrupted_run(tmp_path, asy
     t, model, cb = _fit(tmp_path / "fp", 8, FastPersistCheckpointIO(async_save=async_save),
                         ckpt_path="last", save_last=True, every_n_train_steps=2)
     assert t.global_step == 8
-    got = weights_and_moments(model, t.optimizers[0])
-    assert got.keys() == want.keys()
-    for k in want:
-        if isinstance(want[k], torch.Tensor):
-            assert torch.equal(got[k], want[k]), k
-        else:
-            assert got[k] == want[k], k
+    assert_same_state(weights_and_moments(model, t.optimizers[0]), want)
     # The callbacks' state came back too: the checkpoint callback knows its last file.
     assert Path(cb.last_model_path).name == "last.ckpt"
     last = torch.load(tmp_path / "fp" / "last.ckpt", weights_only=False)

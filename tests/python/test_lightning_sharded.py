@@ -23,7 +23,7 @@ pytest.importorskip("lightning")
 from fastpersist import _core  # noqa: E402
 from fastpersist.lightning import FastPersistModelParallelStrategy  # noqa: E402
 
-from _test_support import find_cli  # noqa: E402
+from _test_support import assert_same_state, find_cli  # noqa: E402
 
 CHILD = Path(__file__).resolve().parent / "_lightning_sharded_child.py"
 
@@ -33,15 +33,6 @@ def _run(mode: str, folder: Path) -> list:
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return [torch.load(folder / "out" / f"{mode}-rank{r}.pt", weights_only=False) for r in (0, 1)]
-
-
-def _same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +49,7 @@ def test_a_resume_is_bit_identical_to_an_uninterrupted_run(runs):
     folder, out = runs
     for rank in (0, 1):
         assert out["fp-resume"][rank]["global_step"] == 8
-        _same(out["fp-resume"][rank]["state"], out["stock"][rank]["state"])
+        assert_same_state(out["fp-resume"][rank]["state"], out["stock"][rank]["state"])
     assert out["fp-first"][0]["state"] != {}  # the shards differ by rank: really sharded
     assert not torch.equal(out["fp-first"][0]["state"]["model.net.0.weight"],
                            out["fp-first"][1]["state"]["model.net.0.weight"])
@@ -91,7 +82,7 @@ def test_lightnings_own_sharded_checkpoints_still_load(runs):
     # stock-first saved 4 steps in Lightning's format; fastpersist's strategy resumed from it
     # and trained to 8: the same bytes as Lightning straight through.
     for rank in (0, 1):
-        _same(out["fp-resume-stock"][rank]["state"], out["stock"][rank]["state"])
+        assert_same_state(out["fp-resume-stock"][rank]["state"], out["stock"][rank]["state"])
 
 
 def test_model_checkpoint_rotation(tmp_path):

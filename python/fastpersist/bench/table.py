@@ -5,7 +5,10 @@ cases, medians of their rounds, and their tables."""
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Sequence, TypeVar
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -34,3 +37,26 @@ def markdown(header: Sequence[object], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def run_rounds(cases: Sequence[str], rounds: int,
+               run: Callable[[str], Dict[str, float]]) -> Dict[str, List[Dict[str, float]]]:
+    """Every case once per round, in rotated order; each round's result is logged to stderr."""
+    results: Dict[str, List[Dict[str, float]]] = {name: [] for name in cases}
+    for r in range(rounds):
+        for name in rotated(list(cases), r):
+            results[name].append(run(name))
+            print(f"round {r + 1}/{rounds} {name}: {results[name][-1]}", file=sys.stderr,
+                  flush=True)
+    return results
+
+
+def report(header: Sequence[object], rows: Sequence[Sequence[object]], json_path: Optional[str],
+           record: Dict[str, Any]) -> None:
+    """Prints the plain and the Markdown table; writes `record` as JSON to `json_path` if set."""
+    print(aligned(header, rows))
+    print()
+    print(markdown(header, rows))
+    if json_path:
+        Path(json_path).write_text(json.dumps(record, indent=1))
+
